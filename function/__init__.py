@@ -1,0 +1,1 @@
+"""A Crossplane composition function: one isolated Linux sandbox per workspace on Cozystack."""

@@ -1,0 +1,55 @@
+"""Identity labels, selectors and child names, all derived from the XR's identity.
+
+A WorkspaceSandbox name is a DNS-1123 subdomain of up to 253 characters and may contain dots or
+start with a digit. Services need DNS-1035 labels and label values stop at 63 characters, so a
+name that doesn't fit is shortened and given a hash of the full name: still deterministic, still
+unique, and recognisable by its prefix.
+"""
+
+import hashlib
+import re
+
+from function.model.spec import WorkspaceSandbox
+
+WORKSPACE_LABEL = "sandbox.cozystack.io/workspace"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "function-workspace-sandbox"}
+
+_DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_HASH_LEN = 8
+_MAX = 63
+
+
+def dns_label(*parts: str) -> str:
+    """A DNS-1035 label for the joined parts: as is when it fits, else prefix + hash."""
+    full = "-".join(parts)
+    if len(full) <= _MAX and _DNS_1035.fullmatch(full):
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:_HASH_LEN]
+    cleaned = re.sub(r"[^a-z0-9-]+", "-", full.lower())
+    prefix = cleaned[: _MAX - _HASH_LEN - 1].strip("-")
+    if not prefix or not prefix[0].isalpha():
+        prefix = f"ws-{prefix}"[: _MAX - _HASH_LEN - 1].rstrip("-")
+    return f"{prefix}-{digest}"
+
+
+def identity_labels(ws: WorkspaceSandbox) -> dict[str, str]:
+    """The labels that select this sandbox's pod: one key, set only by us."""
+    return {WORKSPACE_LABEL: dns_label(ws.metadata.name)}
+
+
+def labels(ws: WorkspaceSandbox) -> dict[str, str]:
+    """Labels for every composed object's own metadata."""
+    return {**MANAGED_BY, **identity_labels(ws)}
+
+
+def sandbox_name(ws: WorkspaceSandbox) -> str:
+    """The VM (or Sandbox) and its Service: the name tenants see in `kubectl get`."""
+    return dns_label(ws.metadata.name)
+
+
+def workspace_volume_name(ws: WorkspaceSandbox) -> str:
+    return dns_label(ws.metadata.name, "workspace")
+
+
+def snapshot_name(ws: WorkspaceSandbox, snapshot: str) -> str:
+    return dns_label(ws.metadata.name, snapshot)

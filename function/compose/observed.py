@@ -1,0 +1,34 @@
+"""Reading observed composed resources without trusting their shape."""
+
+from typing import Any
+
+from function.model import Manifest, Observed
+
+
+def dig(obj: Any, *path: str) -> Any:
+    """obj[path[0]][path[1]]..., or None where anything on the way is missing or not a map."""
+    for key in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def condition(obj: Manifest | None, kind: str) -> dict[str, Any] | None:
+    for c in dig(obj, "status", "conditions") or ():
+        if isinstance(c, dict) and c.get("type") == kind:
+            return c
+    return None
+
+
+def settled(manifest: Manifest, key: str, observed: Observed) -> Manifest:
+    """Keep an existing object's spec: for kinds whose spec the API server won't let us change.
+
+    A DataVolume's and a VolumeSnapshot's spec are immutable once created. Re-emitting the
+    observed spec means a later spec or preset change can never make Crossplane try (and fail)
+    to rewrite them, and a snapshot's source can never move.
+    """
+    spec = dig(observed.get(key), "spec")
+    if not isinstance(spec, dict) or not spec:
+        return manifest
+    return {**manifest, "spec": spec}

@@ -1,0 +1,59 @@
+"""Which composed resources are ready, judged by kind from their observed state.
+
+Crossplane doesn't derive readiness: the function marks each composed resource. An unobserved
+resource is never ready; kinds with a known shape get a check of their own; anything else is
+ready when its Ready condition is True (the order function-auto-ready uses).
+"""
+
+from collections.abc import Callable
+
+from function.compose.observed import condition, dig
+from function.model import Manifest, Observed
+
+# A DataVolume waiting for its first consumer is as ready as it can be until the VM starts.
+DISK_READY_PHASES = frozenset({"Succeeded", "WaitForFirstConsumer", "PendingPopulation"})
+
+
+def _vm(desired: Manifest, observed: Manifest) -> bool:
+    if dig(desired, "spec", "runStrategy") == "Halted":
+        return bool(dig(observed, "status", "printableStatus") == "Stopped")
+    return bool(dig(observed, "status", "ready") is True or _condition_true(desired, observed))
+
+
+def _data_volume(_: Manifest, observed: Manifest) -> bool:
+    return dig(observed, "status", "phase") in DISK_READY_PHASES
+
+
+def _volume_snapshot(_: Manifest, observed: Manifest) -> bool:
+    return dig(observed, "status", "readyToUse") is True
+
+
+def _exists(_: Manifest, __: Manifest) -> bool:
+    return True
+
+
+def _condition_true(_: Manifest, observed: Manifest) -> bool:
+    ready = condition(observed, "Ready")
+    return ready is not None and ready.get("status") == "True"
+
+
+CHECKS: dict[tuple[str, str], Callable[[Manifest, Manifest], bool]] = {
+    ("kubevirt.io/v1", "VirtualMachine"): _vm,
+    ("cdi.kubevirt.io/v1beta1", "DataVolume"): _data_volume,
+    ("snapshot.storage.k8s.io/v1", "VolumeSnapshot"): _volume_snapshot,
+    ("v1", "Service"): _exists,
+    ("v1", "ServiceAccount"): _exists,
+    ("networking.k8s.io/v1", "NetworkPolicy"): _exists,
+    ("cilium.io/v2", "CiliumNetworkPolicy"): _exists,
+}
+
+
+def is_ready(desired: Manifest, observed: Manifest | None) -> bool:
+    if observed is None:
+        return False
+    check = CHECKS.get((desired.get("apiVersion", ""), desired.get("kind", "")), _condition_true)
+    return check(desired, observed)
+
+
+def readiness(desired: dict[str, Manifest], observed: Observed) -> dict[str, bool]:
+    return {name: is_ready(m, observed.get(name)) for name, m in desired.items()}

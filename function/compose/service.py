@@ -1,0 +1,48 @@
+"""The ClusterIP Service the platform gateway uses to reach the sandbox's agent and ports."""
+
+from typing import Any
+
+from function.compose.names import identity_labels, labels, sandbox_name
+from function.errors import FieldError
+from function.model import Manifest
+from function.model.platform import SandboxPlatform
+from function.model.spec import WorkspaceSandbox
+
+KEY = "service"
+SSH_PORT = 22
+
+
+def reserved_ports(ws: WorkspaceSandbox, platform: SandboxPlatform) -> dict[str, int]:
+    """Ports the sandbox always exposes: the agent, and SSH when keys are given."""
+    reserved = {"agent": platform.gateway.agent_port}
+    if ws.spec.ssh.authorized_keys:
+        reserved["ssh"] = SSH_PORT
+    return reserved
+
+
+def _port(name: str, port: int) -> dict[str, Any]:
+    return {"name": name, "port": port, "protocol": "TCP", "targetPort": port}
+
+
+def service(ws: WorkspaceSandbox, platform: SandboxPlatform) -> dict[str, Manifest]:
+    reserved = reserved_ports(ws, platform)
+    for i, p in enumerate(ws.spec.ports):
+        if p.name in reserved:
+            raise FieldError(f"spec.ports[{i}].name", f"{p.name!r} is reserved by the platform")
+        if p.port in reserved.values():
+            raise FieldError(f"spec.ports[{i}].port", f"{p.port} is reserved by the platform")
+    ports = [_port(n, p) for n, p in reserved.items()]
+    # Sorted so that reordering spec.ports doesn't rewrite the live Service.
+    ports += [_port(p.name, p.port) for p in sorted(ws.spec.ports, key=lambda p: p.port)]
+    return {
+        KEY: {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": sandbox_name(ws), "labels": labels(ws)},
+            "spec": {
+                "type": "ClusterIP",
+                "selector": identity_labels(ws),
+                "ports": ports,
+            },
+        }
+    }

@@ -1,0 +1,153 @@
+"""The XR's status and conditions, from observed state, never from what we asked for.
+
+A sandbox is Running only when its disk is ready and its VM reports ready; Suspended only when
+the VM is observed stopped. Until then the phase says what is still under way, and the
+`Provisioned` and `Suspended` conditions say why.
+"""
+
+from dataclasses import dataclass
+from datetime import UTC
+from typing import Any, Literal
+
+from function.compose import snapshots, virtual_machine, workspace_volume
+from function.compose.names import sandbox_name, snapshot_name, workspace_volume_name
+from function.compose.observed import condition, dig
+from function.compose.readiness import DISK_READY_PHASES
+from function.model import Observed
+from function.model.platform import Preset
+from function.model.spec import WorkspaceSandbox
+
+# printableStatus values that need a human, not patience.
+VM_FAILURES = frozenset(
+    {
+        "CrashLoopBackOff",
+        "ErrorUnschedulable",
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "ErrorPvcNotFound",
+        "ErrorDataVolumeNotFound",
+        "DataVolumeError",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: Literal["True", "False"]
+    reason: str
+    message: str
+
+
+def _done(type_: str, reason: str, message: str) -> Condition:
+    return Condition(type_, "True", reason, message)
+
+
+def _pending(type_: str, reason: str, message: str) -> Condition:
+    return Condition(type_, "False", reason, message)
+
+
+@dataclass(frozen=True)
+class Progress:
+    phase: str
+    provisioned: Condition
+    suspended: Condition
+
+
+def _message(obj: Any, *kinds: str) -> str:
+    for kind in kinds:
+        c = condition(obj, kind)
+        if c and c.get("message"):
+            return str(c["message"])
+    return ""
+
+
+def _disk_step(dv: Any) -> str:
+    phase = dig(dv, "status", "phase") or "Pending"
+    progress = dig(dv, "status", "progress")
+    shown = f" ({progress})" if isinstance(progress, str) and progress not in ("", "N/A") else ""
+    return f"waiting for the workspace disk: DataVolume phase {phase}{shown}"
+
+
+def _failed(vm: Any, dv: Any) -> Condition | None:
+    if dig(dv, "status", "phase") == "Failed":
+        msg = _message(dv, "Running", "Ready") or "the DataVolume failed"
+        return _pending("Provisioned", "DiskFailed", msg)
+    printable = dig(vm, "status", "printableStatus")
+    if printable in VM_FAILURES:
+        why = _message(vm, "Failure", "Ready") or "see its events"
+        return _pending(
+            "Provisioned", "VirtualMachineFailed", f"VirtualMachine is {printable}: {why}"
+        )
+    return None
+
+
+def _progress(ws: WorkspaceSandbox, observed: Observed) -> Progress:  # noqa: PLR0911  # a phase each
+    vm, dv = observed.get(virtual_machine.KEY), observed.get(workspace_volume.KEY)
+    printable = dig(vm, "status", "printableStatus") or "unknown"
+    running = _pending("Suspended", "PowerRunning", "spec.power is Running")
+    suspend = ws.spec.power == "Suspended"
+
+    failed = _failed(vm, dv)
+    if failed is not None:
+        return Progress("Failed", failed, running)
+    if vm is None and dv is None:
+        waiting = _pending("Provisioned", "Creating", "waiting for the disk and VM to be created")
+        not_yet = _pending("Suspended", "Creating", "not created yet")
+        return Progress("Pending", waiting, not_yet if suspend else running)
+    if dig(dv, "status", "phase") not in DISK_READY_PHASES:
+        waiting = _pending("Provisioned", "WaitingForDisk", _disk_step(dv))
+        not_yet = _pending("Suspended", "WaitingForDisk", "the workspace disk is not ready yet")
+        return Progress("Provisioning", waiting, not_yet if suspend else running)
+    disk_ready = _done("Provisioned", "Provisioned", "the workspace disk is ready")
+    if suspend and printable == "Stopped":
+        stopped = _done("Suspended", "Suspended", "the VM is stopped; the workspace disk is kept")
+        return Progress("Suspended", disk_ready, stopped)
+    if suspend:
+        waiting_msg = f"waiting for the VM to stop (printableStatus {printable})"
+        return Progress("Suspending", disk_ready, _pending("Suspended", "Suspending", waiting_msg))
+    if dig(vm, "status", "ready") is True:
+        ready = _done("Provisioned", "Provisioned", "the disk is ready and the VM is running")
+        return Progress("Running", ready, running)
+    waiting_msg = f"waiting for the VM to become ready (printableStatus {printable})"
+    return Progress("Provisioning", _pending("Provisioned", "StartingVM", waiting_msg), running)
+
+
+def _snapshots(ws: WorkspaceSandbox, observed: Observed) -> list[dict[str, Any]]:
+    out = []
+    for s in sorted(ws.spec.snapshots, key=lambda s: s.name):
+        seen = observed.get(snapshots.key(s.name))
+        entry: dict[str, Any] = {
+            "name": s.name,
+            "volumeSnapshot": snapshot_name(ws, s.name),
+            "readyToUse": dig(seen, "status", "readyToUse") is True,
+        }
+        for field in ("restoreSize", "creationTime"):
+            value = dig(seen, "status", field)
+            if isinstance(value, str):
+                entry[field] = value
+        out.append(entry)
+    return out
+
+
+def workspace_status(
+    ws: WorkspaceSandbox, preset_name: str, preset: Preset, observed: Observed
+) -> tuple[dict[str, Any], tuple[Condition, ...], bool]:
+    """The XR's whole status, its conditions, and whether the sandbox is usable now."""
+    progress = _progress(ws, observed)
+    status: dict[str, Any] = {
+        "phase": progress.phase,
+        "preset": preset_name,
+        "runtime": preset.runtime,
+        "placement": preset.placement,
+        "snapshots": _snapshots(ws, observed),
+    }
+    if "service" in observed:
+        status["endpoint"] = f"{sandbox_name(ws)}.{ws.metadata.namespace}.svc"
+    if workspace_volume.KEY in observed:
+        status["workspaceVolume"] = workspace_volume_name(ws)
+    if ws.spec.lifetime.suspend_at is not None:
+        status["suspendAt"] = ws.spec.lifetime.suspend_at.astimezone(UTC).strftime(
+            "%Y-%m-%dT%H:%M:%SZ"
+        )
+    return status, (progress.provisioned, progress.suspended), progress.phase == "Running"

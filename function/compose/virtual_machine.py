@@ -1,0 +1,100 @@
+"""The KubeVirt VirtualMachine: pod network only, no host access, no token, no vsock.
+
+Only `spec.template.metadata.labels` reach the virt-launcher pod that network policies select,
+so the identity labels go there. virt-launcher mounts no service-account token unless the VMI
+has a `serviceAccount` volume, and this module never writes one.
+"""
+
+import math
+from typing import Any
+
+from function.compose.cloud_init import user_data
+from function.compose.names import identity_labels, labels, sandbox_name, workspace_volume_name
+from function.compose.sizing import Size
+from function.model import Manifest
+from function.model.platform import Preset, SandboxPlatform
+from function.model.quantity import format_bytes, format_cpu
+from function.model.spec import WorkspaceSandbox
+
+KEY = "vm"
+
+RUN_STRATEGY = {"Running": "Always", "Suspended": "Halted"}
+
+
+def _interface(preset: Preset) -> dict[str, Any]:
+    if preset.kubevirt.network_binding == "passt":
+        return {"name": "default", "binding": {"name": "passt"}}
+    return {"name": "default", "masquerade": {}}
+
+
+def _domain(preset: Preset, size: Size) -> dict[str, Any]:
+    domain: dict[str, Any] = {
+        "devices": {
+            "autoattachGraphicsDevice": False,
+            "autoattachSerialConsole": True,
+            "autoattachVSOCK": False,
+            "disks": [
+                {"name": "workspace", "disk": {"bus": "virtio"}, "bootOrder": 1},
+                {"name": "cloudinit", "disk": {"bus": "virtio"}},
+            ],
+            "interfaces": [_interface(preset)],
+            "rng": {},
+        },
+    }
+    if preset.kubevirt.instancetype is None:
+        cpu, memory = format_cpu(size.cpu), format_bytes(size.memory)
+        domain["cpu"] = {"cores": max(1, math.ceil(size.cpu))}
+        domain["memory"] = {"guest": memory}
+        domain["resources"] = {
+            "requests": {"cpu": cpu, "memory": memory},
+            "limits": {"cpu": cpu, "memory": memory},
+        }
+    return domain
+
+
+def _scheduling(preset: Preset) -> dict[str, Any]:
+    s = preset.scheduling
+    out: dict[str, Any] = {}
+    if s.node_selector:
+        out["nodeSelector"] = dict(sorted(s.node_selector.items()))
+    if s.tolerations:
+        out["tolerations"] = [t.model_dump(exclude_none=True) for t in s.tolerations]
+    if s.priority_class_name:
+        out["priorityClassName"] = s.priority_class_name
+    return out
+
+
+def virtual_machine(
+    ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform, size: Size
+) -> dict[str, Manifest]:
+    kv = preset.kubevirt
+    spec: dict[str, Any] = {"runStrategy": RUN_STRATEGY[ws.spec.power]}
+    if kv.instancetype is not None:
+        spec["instancetype"] = kv.instancetype.model_dump()
+    if kv.preference is not None:
+        spec["preference"] = kv.preference.model_dump()
+    spec["template"] = {
+        "metadata": {"labels": identity_labels(ws)},
+        "spec": {
+            "domain": _domain(preset, size),
+            "networks": [{"name": "default", "pod": {}}],
+            "volumes": [
+                {"name": "workspace", "dataVolume": {"name": workspace_volume_name(ws)}},
+                {"name": "cloudinit", "cloudInitNoCloud": {"userData": user_data(ws, platform)}},
+            ],
+            "evictionStrategy": kv.eviction_strategy,
+            "terminationGracePeriodSeconds": kv.termination_grace_period_seconds,
+            # The guest learns its resolvers over DHCP from the pod's DNS settings.
+            "dnsPolicy": "None",
+            "dnsConfig": {"nameservers": [str(r) for r in platform.network.resolvers]},
+            **_scheduling(preset),
+        },
+    }
+    return {
+        KEY: {
+            "apiVersion": "kubevirt.io/v1",
+            "kind": "VirtualMachine",
+            "metadata": {"name": sandbox_name(ws), "labels": labels(ws)},
+            "spec": spec,
+        }
+    }

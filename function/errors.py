@@ -1,0 +1,27 @@
+"""The one error the render core raises: a value at a field path that can't be rendered.
+
+The edge (fn.py) turns it into a single FATAL result. Crossplane then applies and deletes
+nothing in that reconcile, which is what we want for bad input: a clear message, no half state.
+"""
+
+from collections.abc import Iterable
+
+
+class FieldError(Exception):
+    """A value at `path` can't be rendered. fn.py turns this into a FATAL result."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.message = message
+
+
+def join_path(root: str, loc: Iterable[str | int]) -> str:
+    """Join a pydantic error location onto a root: ("a", 0, "b") -> "root.a[0].b"."""
+    path = root
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path = f"{path}.{part}" if path else part
+    return path

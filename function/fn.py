@@ -1,0 +1,119 @@
+"""The gRPC edge: translates between protobuf and render(); holds no composition logic."""
+
+import functools
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import grpc
+from crossplane.function import logging, response
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
+from google.protobuf import struct_pb2 as structpb
+
+from function.errors import FieldError
+from function.model import Manifest, parse
+from function.model.platform import SandboxPlatform
+from function.model.spec import WorkspaceSandbox
+from function.render import Rendered, render
+
+XR_API_VERSION = "sandbox.cozystack.io/v1alpha1"
+XR_KIND = "WorkspaceSandbox"
+
+_STATUS = {"True": fnv1.STATUS_CONDITION_TRUE, "False": fnv1.STATUS_CONDITION_FALSE}
+_READY = {True: fnv1.READY_TRUE, False: fnv1.READY_FALSE}
+
+
+def _to_python(value: structpb.Value) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind == "struct_value":
+        return {k: _to_python(v) for k, v in value.struct_value.fields.items()}
+    if kind == "list_value":
+        return [_to_python(v) for v in value.list_value.values]
+    if kind == "null_value" or kind is None:
+        return None
+    return getattr(value, kind)
+
+
+def to_dict(s: structpb.Struct) -> Manifest:
+    """A Struct as plain data; numbers stay floats, as the SDK's own conversion leaves them."""
+    return {k: _to_python(v) for k, v in s.fields.items()}
+
+
+@functools.lru_cache(maxsize=32)
+def _platform(serialized: bytes) -> SandboxPlatform:
+    # The input is the same on nearly every call; parse each distinct one once.
+    s = structpb.Struct()
+    s.ParseFromString(serialized)
+    return parse(SandboxPlatform, to_dict(s), "input")
+
+
+def _read(
+    req: fnv1.RunFunctionRequest,
+) -> tuple[WorkspaceSandbox, SandboxPlatform, dict[str, Manifest]]:
+    if not req.HasField("input"):
+        raise FieldError("input", "the Composition step has no SandboxPlatform input")
+    platform = _platform(req.input.SerializeToString(deterministic=True))
+    xr = to_dict(req.observed.composite.resource)
+    if not xr:
+        raise FieldError("composite", "the request carries no composite resource")
+    if (xr.get("apiVersion"), xr.get("kind")) != (XR_API_VERSION, XR_KIND):
+        raise FieldError(
+            "composite",
+            f"this function composes {XR_API_VERSION} {XR_KIND}, "
+            f"not {xr.get('apiVersion')} {xr.get('kind')}",
+        )
+    ws = parse(WorkspaceSandbox, {"metadata": xr.get("metadata"), "spec": xr.get("spec")}, "")
+    # Iterating never inserts keys, unlike req.observed.resources["x"].
+    observed = {name: to_dict(r.resource) for name, r in req.observed.resources.items()}
+    return ws, platform, observed
+
+
+def _write(rsp: fnv1.RunFunctionResponse, out: Rendered) -> None:
+    for name, manifest in out.resources.items():
+        desired = rsp.desired.resources[name]
+        desired.resource.Clear()
+        desired.resource.update(manifest)
+        desired.ready = _READY[out.ready[name]]
+    composite = rsp.desired.composite
+    # Earlier steps may own other status fields; ours are written whole, theirs kept.
+    status = to_dict(composite.resource).get("status") or {}
+    composite.resource.update({"status": {**status, **out.status}})
+    composite.ready = _READY[out.composite_ready]
+    for c in out.conditions:
+        rsp.conditions.append(
+            fnv1.Condition(
+                type=c.type, status=_STATUS[c.status], reason=c.reason, message=c.message
+            )
+        )
+    for message in out.warnings:
+        rsp.results.append(
+            fnv1.Result(severity=fnv1.SEVERITY_WARNING, message=message, reason="CannotApply")
+        )
+
+
+class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
+    """Serves RunFunction for v1 (and, through the SDK's wrapper, v1beta1)."""
+
+    def __init__(self, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+        self.log = logging.get_logger()
+        self.clock = clock
+
+    async def RunFunction(
+        self, req: fnv1.RunFunctionRequest, _: grpc.aio.ServicerContext[Any, Any] | None
+    ) -> fnv1.RunFunctionResponse:
+        rsp = response.to(req)
+        try:
+            out = render(*_read(req), self.clock())
+        except FieldError as err:
+            self.log.info("cannot render", tag=req.meta.tag, path=err.path)
+            rsp.results.append(
+                fnv1.Result(
+                    severity=fnv1.SEVERITY_FATAL,
+                    message=str(err),
+                    reason="InvalidInput" if err.path.startswith("input") else "InvalidSpec",
+                )
+            )
+            return rsp
+        _write(rsp, out)
+        return rsp

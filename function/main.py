@@ -1,0 +1,113 @@
+"""The `workspace-sandbox` command: serve the function, or render a WorkspaceSandbox offline."""
+
+import asyncio
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+from crossplane.function import logging, runtime
+
+from function import offline
+from function.fn import FunctionRunner
+
+DEFAULT_COMPOSITION = (
+    Path(__file__).resolve().parent.parent / "compositions" / "workspacesandbox.yaml"
+)
+
+
+@click.group()
+def cli() -> None:
+    """One isolated Linux sandbox per workspace on Cozystack, as a Crossplane function."""
+
+
+@cli.command()
+@click.option("--debug", "-d", is_flag=True, help="Emit debug logs.")
+@click.option(
+    "--address", default="0.0.0.0:9443", show_default=True, help="Address to listen on for gRPC."
+)
+@click.option(
+    "--tls-server-certs-dir",
+    envvar="TLS_SERVER_CERTS_DIR",
+    help="Directory with tls.crt, tls.key and ca.crt for mTLS.",
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="Serve without TLS (for local testing and `crossplane render`).",
+)
+@click.option(
+    "--max-recv-message-size",
+    default=4,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Maximum size of a received message, in MiB.",
+)
+def serve(
+    debug: bool,  # noqa: FBT001  # click passes flags positionally by keyword
+    address: str,
+    tls_server_certs_dir: str | None,
+    insecure: bool,  # noqa: FBT001  # click passes flags positionally by keyword
+    max_recv_message_size: int,
+) -> None:
+    """Run the gRPC server Crossplane calls (v1 and v1beta1)."""
+    logging.configure(logging.Level.DEBUG if debug else logging.Level.INFO)
+    runtime.serve(
+        FunctionRunner(),
+        address,
+        # The SDK accepts None with --insecure; its annotation says otherwise.
+        creds=runtime.load_credentials(tls_server_certs_dir) if tls_server_certs_dir else None,  # type: ignore[arg-type]
+        insecure=insecure,
+        options=[("grpc.max_receive_message_length", max_recv_message_size * 1024 * 1024)],
+    )
+
+
+@cli.command()
+@click.argument("xr", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--composition",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=DEFAULT_COMPOSITION,
+    show_default="compositions/workspacesandbox.yaml",
+    help="Composition whose step input (a SandboxPlatform) to use.",
+)
+@click.option(
+    "--observed",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="YAML stream of observed composed resources (and optionally the XR with status).",
+)
+@click.option(
+    "--required",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="YAML stream of required resources.",
+)
+@click.option("--include-results", is_flag=True, help="Also print the function's results.")
+@click.option(
+    "--now",
+    type=click.DateTime(formats=["%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z"]),
+    help="Fix the clock, e.g. 2026-12-01T18:00:00Z.",
+)
+def render(  # noqa: PLR0917  # click passes every option by keyword
+    xr: Path,
+    composition: Path,
+    observed: Path | None,
+    required: Path | None,
+    include_results: bool,  # noqa: FBT001  # click passes flags positionally by keyword
+    now: datetime | None,
+) -> None:
+    """Run the function in-process and print what `crossplane render` would."""
+    logging.configure(logging.Level.DISABLED)
+    clock = now.replace(tzinfo=now.tzinfo or UTC) if now else datetime.now(UTC)
+    try:
+        files = offline.request(xr, composition, observed, required)
+    except offline.InputError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(2)
+    rsp = asyncio.run(offline.run(FunctionRunner(clock=lambda: clock), files))
+    click.echo(
+        offline.stream(files.req, rsp, files.step, include_results=include_results), nl=False
+    )
+    fatal = offline.fatal(rsp)
+    if fatal:
+        click.echo(f"error: {fatal}", err=True)
+        sys.exit(1)

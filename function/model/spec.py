@@ -1,0 +1,148 @@
+"""The tenant's WorkspaceSandbox, mirroring apis/workspacesandbox/definition.yaml."""
+
+import base64
+import binascii
+import re
+from ipaddress import IPv4Network, IPv6Network
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, AwareDatetime, ConfigDict, Field, model_validator
+
+from function.model import Model
+from function.model.names import DnsLabel, DnsSubdomain, PortName
+from function.model.types import Bytes, Cpu, Port
+
+MAX_ALLOW_RULES = 64
+MAX_PORTS = 16
+MAX_SNAPSHOTS = 32
+MAX_SSH_KEYS = 8
+
+_SSH_KEY_TYPES = (
+    "ssh-ed25519",
+    "ssh-rsa",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+    "sk-ssh-ed25519@openssh.com",
+    "sk-ecdsa-sha2-nistp256@openssh.com",
+)
+# A comment is free text for humans; keep it printable and short so it can't smuggle lines.
+_SSH_KEY = re.compile(
+    r"(?P<type>[a-z0-9@.-]+) (?P<body>[A-Za-z0-9+/]+={0,2})(?: (?P<comment>[ -~]{1,100}))?"
+)
+
+
+def _ssh_key(value: str) -> str:
+    match = _SSH_KEY.fullmatch(value)
+    if match is None or match["type"] not in _SSH_KEY_TYPES:
+        raise ValueError(
+            "must be one OpenSSH public key line: '<type> <base64> [comment]', with type one of "
+            + ", ".join(_SSH_KEY_TYPES)
+        )
+    try:
+        blob = base64.b64decode(match["body"], validate=True)
+    except binascii.Error:
+        raise ValueError("the key's base64 body is malformed") from None
+    # The blob starts with its own length-prefixed type name; a mismatch is a pasted-wrong key.
+    size = int.from_bytes(blob[:4], "big")
+    if blob[4 : 4 + size].decode("ascii", "replace") != match["type"]:
+        raise ValueError(f"the key's body is not a {match['type']} key")
+    return value
+
+
+SshKey = Annotated[str, Field(max_length=2048), AfterValidator(_ssh_key)]
+
+
+class Resources(Model):
+    cpu: Cpu | None = None
+    memory: Bytes | None = None
+    disk: Bytes | None = None
+
+
+class Lifetime(Model):
+    suspend_at: AwareDatetime | None = None
+
+
+class AllowRule(Model):
+    fqdn: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    cidr: IPv4Network | IPv6Network | None = None  # strict parsing: host bits are an error
+    ports: tuple[Port, ...] = Field(default=(), max_length=16)
+
+    @model_validator(mode="after")
+    def _one_destination(self) -> "AllowRule":
+        if (self.fqdn is None) == (self.cidr is None):
+            raise ValueError("set exactly one of fqdn and cidr")
+        return self
+
+
+class Network(Model):
+    egress: Literal["Internet", "Allowlist", "None"] = "Internet"
+    allow: tuple[AllowRule, ...] = Field(default=(), max_length=MAX_ALLOW_RULES)
+
+    @model_validator(mode="after")
+    def _allow_needs_allowlist(self) -> "Network":
+        if self.allow and self.egress != "Allowlist":
+            raise ValueError("allow entries are only used with egress: Allowlist")
+        return self
+
+
+class ServicePort(Model):
+    name: PortName
+    port: Port
+
+
+class Ssh(Model):
+    authorized_keys: tuple[SshKey, ...] = Field(default=(), max_length=MAX_SSH_KEYS)
+
+
+class Snapshot(Model):
+    name: Annotated[DnsLabel, Field(max_length=40)]
+
+
+class RestoreFrom(Model):
+    snapshot: DnsSubdomain
+
+
+def _unique(items: tuple[Any, ...], key: str, what: str) -> None:
+    seen: set[object] = set()
+    for item in items:
+        value = getattr(item, key)
+        if value in seen:
+            raise ValueError(f"{what} {value!r} is listed twice")
+        seen.add(value)
+
+
+class WorkspaceSandboxSpec(Model):
+    preset: DnsLabel | None = None  # a key of SandboxPlatform.presets; checked in render
+    image: Annotated[str, Field(min_length=1, max_length=63)]  # a key of the image catalog
+    resources: Resources = Resources()
+    power: Literal["Running", "Suspended"] = "Running"
+    lifetime: Lifetime = Lifetime()
+    network: Network = Network()
+    ports: tuple[ServicePort, ...] = Field(default=(), max_length=MAX_PORTS)
+    ssh: Ssh = Ssh()
+    snapshots: tuple[Snapshot, ...] = Field(default=(), max_length=MAX_SNAPSHOTS)
+    restore_from: RestoreFrom | None = None
+    # Crossplane adds spec.crossplane to every v2 XR; it isn't the tenant's input.
+    crossplane: dict[str, Any] | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "WorkspaceSandboxSpec":
+        _unique(self.ports, "name", "port name")
+        _unique(self.ports, "port", "port")
+        _unique(self.snapshots, "name", "snapshot")
+        return self
+
+
+class Metadata(Model):
+    # The API server adds uid, generation, managedFields and more; only these matter here.
+    model_config = ConfigDict(extra="ignore")
+
+    name: Annotated[DnsSubdomain, Field(min_length=1)]
+    namespace: Annotated[DnsLabel, Field(min_length=1)]
+    uid: str | None = None
+
+
+class WorkspaceSandbox(Model):
+    metadata: Metadata
+    spec: WorkspaceSandboxSpec

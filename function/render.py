@@ -1,0 +1,59 @@
+"""render(): one WorkspaceSandbox and the platform's input in, every object it becomes out.
+
+Pure and synchronous: no gRPC, no clock, no I/O. The same input gives the same output, because
+Crossplane assumes determinism and server-side apply churns otherwise.
+"""
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from function.compose.readiness import readiness
+from function.compose.service import service
+from function.compose.sizing import size
+from function.compose.snapshots import volume_snapshots
+from function.compose.status import Condition, workspace_status
+from function.compose.virtual_machine import virtual_machine
+from function.compose.workspace_volume import resize_warnings, workspace_volume
+from function.errors import FieldError
+from function.model import Manifest, Observed
+from function.model.platform import SandboxPlatform
+from function.model.spec import WorkspaceSandbox
+
+
+@dataclass(frozen=True)
+class Rendered:
+    resources: dict[str, Manifest]
+    """Composition-resource name -> whole manifest; every call emits all of them."""
+    ready: dict[str, bool]
+    status: dict[str, Any]
+    """The part of the XR's status this function owns, emitted whole."""
+    conditions: tuple[Condition, ...]
+    composite_ready: bool
+    """Whether the sandbox is usable now; Crossplane's XR Ready follows it."""
+    warnings: list[str] = field(default_factory=list)
+
+
+def render(
+    ws: WorkspaceSandbox, platform: SandboxPlatform, observed: Observed, now: datetime
+) -> Rendered:
+    del now  # lifetime.suspendAt compares against it; the edge owns the clock
+    preset_name, preset = platform.preset(ws.spec.preset)
+    image = platform.image(ws.spec.image)
+    if preset.runtime != "kubevirt" or preset.placement != "Namespace":
+        raise FieldError(
+            "spec.preset",
+            f"preset {preset_name!r} needs runtime {preset.runtime!r} with placement "
+            f"{preset.placement!r}, which this function version does not render yet",
+        )
+    sized = size(ws, preset_name, preset, image)
+    warnings = resize_warnings(sized, observed)
+
+    resources = workspace_volume(ws, preset, image, sized, observed)
+    resources |= virtual_machine(ws, preset, platform, sized)
+    resources |= service(ws, platform)
+    # Network policies (the isolation of DESIGN.md section 6) join here.
+    resources |= volume_snapshots(ws, preset, observed)
+
+    status, conditions, usable = workspace_status(ws, preset_name, preset, observed)
+    return Rendered(resources, readiness(resources, observed), status, conditions, usable, warnings)
