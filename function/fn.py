@@ -63,7 +63,8 @@ def _read(
             f"this function composes {XR_API_VERSION} {XR_KIND}, "
             f"not {xr.get('apiVersion')} {xr.get('kind')}",
         )
-    ws = parse(WorkspaceSandbox, {"metadata": xr.get("metadata"), "spec": xr.get("spec")}, "")
+    # Only metadata and spec are the tenant's input; status is ours, and the rest is the server's.
+    ws = parse(WorkspaceSandbox, {k: xr[k] for k in ("metadata", "spec") if k in xr}, "")
     # Iterating never inserts keys, unlike req.observed.resources["x"].
     observed = {name: to_dict(r.resource) for name, r in req.observed.resources.items()}
     return ws, platform, observed

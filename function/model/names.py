@@ -59,6 +59,7 @@ def _label_value(value: str) -> str:
 
 
 DnsLabel = Annotated[str, StringConstraints(max_length=63), AfterValidator(_dns_label)]
+SnapshotName = Annotated[str, StringConstraints(max_length=40), AfterValidator(_dns_label)]
 DnsSubdomain = Annotated[str, StringConstraints(max_length=253), AfterValidator(_dns_subdomain)]
 PortName = Annotated[str, StringConstraints(max_length=15), AfterValidator(_port_name)]
 LabelKey = Annotated[str, StringConstraints(max_length=317), AfterValidator(_label_key)]

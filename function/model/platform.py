@@ -6,7 +6,7 @@ whose path starts with `input.`, pointing the platform engineer at the field to 
 """
 
 import re
-from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
+from ipaddress import IPv4Address
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
@@ -14,7 +14,7 @@ from pydantic import AfterValidator, Field, model_validator
 from function.errors import FieldError
 from function.model import Model
 from function.model.names import DnsLabel, DnsSubdomain, LabelKey, LabelValue
-from function.model.types import Bytes, Cpu, Int, Port
+from function.model.types import Bool, Bytes, Cidr, Cpu, Int, IpAddress, Port
 
 Runtime = Literal["kubevirt", "kata", "gvisor"]
 Placement = Literal["Namespace", "SharedComputePlane", "DedicatedComputePlane"]
@@ -133,13 +133,13 @@ class Gateway(Model):
 class PlatformNetwork(Model):
     # Public resolvers by default (Quad9, Swiss): cluster DNS would reveal in-cluster names.
     resolvers: Annotated[
-        tuple[IPv4Address | IPv6Address, ...], Field(min_length=1, max_length=3)
+        tuple[IpAddress, ...], Field(min_length=1, max_length=3)
     ] = (
         IPv4Address("9.9.9.9"),
         IPv4Address("149.112.112.112"),
     )
-    site_deny_cidrs: tuple[IPv4Network | IPv6Network, ...] = ()
-    cilium: bool = True
+    site_deny_cidrs: tuple[Cidr, ...] = ()
+    cilium: Bool = True
 
 
 class SandboxPlatform(Model):

@@ -3,14 +3,13 @@
 import base64
 import binascii
 import re
-from ipaddress import IPv4Network, IPv6Network
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, AwareDatetime, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
 from function.model import Model
-from function.model.names import DnsLabel, DnsSubdomain, PortName
-from function.model.types import Bytes, Cpu, Port
+from function.model.names import DnsLabel, DnsSubdomain, PortName, SnapshotName
+from function.model.types import Bytes, Cidr, Cpu, Port, Time
 
 MAX_ALLOW_RULES = 64
 MAX_PORTS = 16
@@ -60,12 +59,12 @@ class Resources(Model):
 
 
 class Lifetime(Model):
-    suspend_at: AwareDatetime | None = None
+    suspend_at: Time | None = None
 
 
 class AllowRule(Model):
     fqdn: Annotated[str, Field(min_length=1, max_length=253)] | None = None
-    cidr: IPv4Network | IPv6Network | None = None  # strict parsing: host bits are an error
+    cidr: Cidr | None = None  # strict parsing: host bits are an error
     ports: tuple[Port, ...] = Field(default=(), max_length=16)
 
     @model_validator(mode="after")
@@ -96,20 +95,24 @@ class Ssh(Model):
 
 
 class Snapshot(Model):
-    name: Annotated[DnsLabel, Field(max_length=40)]
+    name: SnapshotName
 
 
 class RestoreFrom(Model):
     snapshot: DnsSubdomain
 
 
-def _unique(items: tuple[Any, ...], key: str, what: str) -> None:
-    seen: set[object] = set()
-    for item in items:
-        value = getattr(item, key)
-        if value in seen:
-            raise ValueError(f"{what} {value!r} is listed twice")
-        seen.add(value)
+def _unique(key: str, what: str) -> AfterValidator:
+    def check(items: tuple[Any, ...]) -> tuple[Any, ...]:
+        seen: set[object] = set()
+        for item in items:
+            value = getattr(item, key)
+            if value in seen:
+                raise ValueError(f"{what} {value!r} is listed twice")
+            seen.add(value)
+        return items
+
+    return AfterValidator(check)
 
 
 class WorkspaceSandboxSpec(Model):
@@ -119,19 +122,19 @@ class WorkspaceSandboxSpec(Model):
     power: Literal["Running", "Suspended"] = "Running"
     lifetime: Lifetime = Lifetime()
     network: Network = Network()
-    ports: tuple[ServicePort, ...] = Field(default=(), max_length=MAX_PORTS)
+    ports: Annotated[
+        tuple[ServicePort, ...],
+        Field(max_length=MAX_PORTS),
+        _unique("name", "port name"),
+        _unique("port", "port"),
+    ] = ()
     ssh: Ssh = Ssh()
-    snapshots: tuple[Snapshot, ...] = Field(default=(), max_length=MAX_SNAPSHOTS)
+    snapshots: Annotated[
+        tuple[Snapshot, ...], Field(max_length=MAX_SNAPSHOTS), _unique("name", "snapshot")
+    ] = ()
     restore_from: RestoreFrom | None = None
     # Crossplane adds spec.crossplane to every v2 XR; it isn't the tenant's input.
     crossplane: dict[str, Any] | None = Field(default=None, exclude=True)
-
-    @model_validator(mode="after")
-    def _unique_names(self) -> "WorkspaceSandboxSpec":
-        _unique(self.ports, "name", "port name")
-        _unique(self.ports, "port", "port")
-        _unique(self.snapshots, "name", "snapshot")
-        return self
 
 
 class Metadata(Model):

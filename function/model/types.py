@@ -5,7 +5,10 @@ mode would also turn the string "443" into 443 and "yes" into True; the XRD reje
 do we, so that the function never accepts what the schema refuses.
 """
 
+import re
+from datetime import datetime
 from decimal import Decimal
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
 from typing import Annotated
 
 from pydantic import BeforeValidator, Field, StrictBool
@@ -26,3 +29,40 @@ Port = Annotated[int, BeforeValidator(_whole_number), Field(ge=1, le=65535)]
 Bool = StrictBool
 Cpu = Annotated[Decimal, BeforeValidator(parse_cpu)]
 Bytes = Annotated[Decimal, BeforeValidator(parse_bytes)]
+
+
+def _network(value: object) -> IPv4Network | IPv6Network:
+    if not isinstance(value, str):
+        raise ValueError("must be a CIDR string such as 203.0.113.0/24")
+    try:
+        return ip_network(value, strict=True)
+    except ValueError as err:
+        raise ValueError(f"{value!r} is not a network in CIDR notation: {err}") from None
+
+
+def _address(value: object) -> IPv4Address | IPv6Address:
+    if not isinstance(value, str):
+        raise ValueError("must be an IP address string")
+    try:
+        return ip_address(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IP address") from None
+
+
+# RFC 3339 with a zone, as Kubernetes writes times; nothing looser.
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})")
+
+
+def _time(value: object) -> datetime:
+    if not isinstance(value, str) or not _RFC3339.fullmatch(value):
+        raise ValueError("must be an RFC 3339 time with a zone, such as 2026-12-01T18:00:00Z")
+    try:
+        # fromisoformat takes at most microseconds; Kubernetes never writes more.
+        return datetime.fromisoformat(re.sub(r"(\.\d{6})\d+", r"\1", value))
+    except ValueError:
+        raise ValueError(f"{value!r} is not a real point in time") from None
+
+
+Cidr = Annotated[IPv4Network | IPv6Network, BeforeValidator(_network)]
+IpAddress = Annotated[IPv4Address | IPv6Address, BeforeValidator(_address)]
+Time = Annotated[datetime, BeforeValidator(_time)]

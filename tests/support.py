@@ -1,0 +1,79 @@
+"""Shared test inputs: the shipped platform, tenant specs and requests."""
+
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from crossplane.function import resource
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from function.model import parse
+from function.model.platform import SandboxPlatform
+from function.model.spec import WorkspaceSandbox
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSITION = ROOT / "compositions" / "workspacesandbox.yaml"
+EXAMPLES = sorted(p.parent for p in (ROOT / "examples").glob("*/xr.yaml"))
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+NAMESPACE = "tenant-acme"
+
+
+@cache
+def platform_input() -> dict[str, Any]:
+    composition = yaml.safe_load(COMPOSITION.read_text())
+    step_input: dict[str, Any] = composition["spec"]["pipeline"][0]["input"]
+    return step_input
+
+
+def platform(**changes: Any) -> SandboxPlatform:
+    """The shipped SandboxPlatform, with top-level fields replaced."""
+    return parse(SandboxPlatform, {**platform_input(), **changes}, "input")
+
+
+PLATFORM = platform()
+
+
+def xr(spec: dict[str, Any] | None = None, name: str = "alice-api", **meta: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "sandbox.cozystack.io/v1alpha1",
+        "kind": "WorkspaceSandbox",
+        "metadata": {"name": name, "namespace": NAMESPACE, **meta},
+        "spec": {"image": "ubuntu-24.04", **(spec or {})},
+    }
+
+
+def workspace(spec: dict[str, Any] | None = None, name: str = "alice-api") -> WorkspaceSandbox:
+    data = xr(spec, name)
+    return parse(WorkspaceSandbox, {"metadata": data["metadata"], "spec": data["spec"]}, "")
+
+
+def request(
+    composite: dict[str, Any],
+    observed: dict[str, dict[str, Any]] | None = None,
+    step_input: dict[str, Any] | None = None,
+) -> fnv1.RunFunctionRequest:
+    req = fnv1.RunFunctionRequest(
+        meta=fnv1.RequestMeta(tag="test"),
+        input=resource.dict_to_struct(platform_input() if step_input is None else step_input),
+        observed=fnv1.State(composite=fnv1.Resource(resource=resource.dict_to_struct(composite))),
+    )
+    for name, obj in (observed or {}).items():
+        req.observed.resources[name].resource.update(obj)
+    return req
+
+
+def load_stream(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def observed_of(case: Path) -> dict[str, dict[str, Any]]:
+    """An example's observed.yaml keyed by composition-resource name."""
+    path = case / "observed.yaml"
+    if not path.exists():
+        return {}
+    return {
+        d["metadata"]["annotations"]["crossplane.io/composition-resource-name"]: d
+        for d in load_stream(path)
+    }
