@@ -47,7 +47,7 @@ def render(
             f"{preset.placement!r}, which this function version does not render yet",
         )
     sized = size(ws, preset_name, preset, image)
-    warnings = resize_warnings(sized, observed)
+    warnings = resize_warnings(ws, sized, observed)
 
     resources = workspace_volume(ws, preset, image, sized, observed)
     resources |= virtual_machine(ws, preset, platform, sized)

@@ -28,10 +28,11 @@ def _source(ws: WorkspaceSandbox, image: Image) -> dict[str, object]:
     return {"source": {"pvc": src.pvc.model_dump()}}
 
 
-def resize_warnings(size: Size, observed: Observed) -> list[str]:
+def resize_warnings(ws: WorkspaceSandbox, size: Size, observed: Observed) -> list[str]:
     """Refuse a smaller disk; explain that a larger one isn't applied to an existing disk."""
     have = dig(observed.get(KEY), "spec", "storage", "resources", "requests", "storage")
-    if not isinstance(have, str):
+    # Leaving the size out keeps whatever the disk has, even if the preset's default changed.
+    if ws.spec.resources.disk is None or not isinstance(have, str):
         return []
     try:
         current = parse_bytes(have)

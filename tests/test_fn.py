@@ -1,0 +1,173 @@
+"""The edge at the SDK level: a request in, a response compared, as Crossplane would call it."""
+
+from typing import Any
+
+import pytest
+from crossplane.function import resource
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
+from crossplane.function.runtime import BetaFunctionRunner
+from google.protobuf import json_format
+
+from function.fn import FunctionRunner
+from tests.support import EXAMPLES, NOW, load_stream, observed_of, request, xr
+
+
+async def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
+    return await FunctionRunner(clock=lambda: NOW).RunFunction(req, None)
+
+
+def desired(rsp: fnv1.RunFunctionResponse) -> dict[str, dict[str, Any]]:
+    return {k: resource.struct_to_dict(v.resource) for k, v in rsp.desired.resources.items()}
+
+
+async def test_new_sandbox_renders_disk_vm_and_service_none_ready() -> None:
+    rsp = await run(request(xr()))
+    assert not rsp.results
+    assert sorted(rsp.desired.resources) == ["service", "vm", "workspace-volume"]
+    assert {k: v.ready for k, v in rsp.desired.resources.items()} == {
+        "service": fnv1.READY_FALSE,
+        "vm": fnv1.READY_FALSE,
+        "workspace-volume": fnv1.READY_FALSE,
+    }
+    assert rsp.desired.composite.ready == fnv1.READY_FALSE
+    assert rsp.meta.tag == "test"
+    assert rsp.meta.ttl.seconds == 60
+
+
+async def test_running_example_marks_everything_ready_and_the_xr_ready() -> None:
+    case = next(c for c in EXAMPLES if c.name == "running")
+    composite = load_stream(case / "xr.yaml")[0]
+    rsp = await run(request(composite, observed_of(case)))
+    assert all(r.ready == fnv1.READY_TRUE for r in rsp.desired.resources.values())
+    assert rsp.desired.composite.ready == fnv1.READY_TRUE
+    status = resource.struct_to_dict(rsp.desired.composite.resource)["status"]
+    assert status["phase"] == "Running"
+    assert status["endpoint"] == "alice-api.tenant-acme.svc"
+    conditions = [(c.type, c.status, c.reason) for c in rsp.conditions]
+    assert conditions == [
+        ("Provisioned", fnv1.STATUS_CONDITION_TRUE, "Provisioned"),
+        ("Suspended", fnv1.STATUS_CONDITION_FALSE, "PowerRunning"),
+    ]
+
+
+async def test_suspended_sandbox_is_not_ready_and_says_suspended() -> None:
+    case = next(c for c in EXAMPLES if c.name == "suspended")
+    composite = load_stream(case / "xr.yaml")[0]
+    rsp = await run(request(composite, observed_of(case)))
+    assert rsp.desired.composite.ready == fnv1.READY_FALSE
+    assert rsp.desired.resources["vm"].ready == fnv1.READY_TRUE  # halted, as desired
+    suspended = next(c for c in rsp.conditions if c.type == "Suspended")
+    assert (suspended.status, suspended.reason) == (fnv1.STATUS_CONDITION_TRUE, "Suspended")
+
+
+async def test_spec_crossplane_is_not_tenant_input() -> None:
+    crossplane = {"compositionRef": {"name": "workspacesandbox"}, "resourceRefs": []}
+    plain, annotated = await run(request(xr())), await run(request(xr({"crossplane": crossplane})))
+    assert not annotated.results
+    assert desired(plain) == desired(annotated)
+
+
+async def test_earlier_steps_resources_and_status_are_kept() -> None:
+    req = request(xr())
+    req.desired.resources["bucket"].resource.update({"apiVersion": "v1", "kind": "ConfigMap"})
+    req.desired.resources["bucket"].ready = fnv1.READY_TRUE
+    req.desired.composite.resource.update({"status": {"billing": {"plan": "pro"}}})
+    rsp = await run(req)
+    assert resource.struct_to_dict(rsp.desired.resources["bucket"].resource) == {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+    }
+    assert rsp.desired.resources["bucket"].ready == fnv1.READY_TRUE
+    status = resource.struct_to_dict(rsp.desired.composite.resource)["status"]
+    assert status["billing"] == {"plan": "pro"}
+    assert status["phase"] == "Pending"
+
+
+async def test_our_resource_replaces_a_stale_desired_copy_whole() -> None:
+    req = request(xr())
+    req.desired.resources["vm"].resource.update({"spec": {"running": True, "extra": 1}})
+    rsp = await run(req)
+    assert "running" not in desired(rsp)["vm"]["spec"]
+    assert desired(rsp)["vm"]["spec"]["runStrategy"] == "Always"
+
+
+async def test_argo_and_instance_labels_on_the_xr_are_never_copied() -> None:
+    labels = {
+        "app.kubernetes.io/instance": "tenant-apps",
+        "argocd.argoproj.io/instance": "tenant-apps",
+        "team": "payments",
+    }
+    composite = xr(labels=labels, annotations={"argocd.argoproj.io/tracking-id": "x"})
+    rsp = await run(request(composite))
+    for manifest in desired(rsp).values():
+        text = json_format.MessageToJson(resource.dict_to_struct(manifest))
+        assert "argocd" not in text
+        assert "app.kubernetes.io/instance" not in text
+        assert "payments" not in text
+
+
+async def test_same_request_gives_byte_identical_responses() -> None:
+    case = next(c for c in EXAMPLES if c.name == "running")
+    composite = load_stream(case / "xr.yaml")[0]
+    first = await run(request(composite, observed_of(case)))
+    second = await run(request(composite, observed_of(case)))
+    assert first.SerializeToString(deterministic=True) == second.SerializeToString(
+        deterministic=True
+    )
+
+
+async def test_v1beta1_requests_get_the_same_answer() -> None:
+    req = request(xr())
+    beta = fnv1beta1.RunFunctionRequest()
+    beta.ParseFromString(req.SerializeToString())
+    rsp = await BetaFunctionRunner(FunctionRunner(clock=lambda: NOW)).RunFunction(beta, None)
+    assert isinstance(rsp, fnv1beta1.RunFunctionResponse)
+    v1 = await run(req)
+    assert rsp.SerializeToString(deterministic=True) == v1.SerializeToString(deterministic=True)
+
+
+async def test_missing_input_is_a_fatal_result_for_the_platform() -> None:
+    req = request(xr())
+    req.ClearField("input")
+    rsp = await run(req)
+    assert [(r.severity, r.message, r.reason) for r in rsp.results] == [
+        (
+            fnv1.SEVERITY_FATAL,
+            "input: the Composition step has no SandboxPlatform input",
+            "InvalidInput",
+        )
+    ]
+
+
+async def test_growing_an_existing_disk_warns_instead_of_failing() -> None:
+    observed = {
+        "workspace-volume": {
+            "apiVersion": "cdi.kubevirt.io/v1beta1",
+            "kind": "DataVolume",
+            "spec": {"storage": {"resources": {"requests": {"storage": "20Gi"}}}},
+        }
+    }
+    rsp = await run(request(xr({"resources": {"disk": "40Gi"}}), observed))
+    assert [(r.severity, r.message, r.reason) for r in rsp.results] == [
+        (
+            fnv1.SEVERITY_WARNING,
+            "spec.resources.disk: the workspace disk stays at 20Gi; "
+            "a DataVolume can't be resized after creation",
+            "CannotApply",
+        )
+    ]
+    storage = desired(rsp)["workspace-volume"]["spec"]["storage"]
+    assert storage["resources"]["requests"]["storage"] == "20Gi"
+
+
+@pytest.mark.parametrize("disk", ["10Gi", "19Gi"])
+async def test_shrinking_an_existing_disk_is_refused(disk: str) -> None:
+    observed = {
+        "workspace-volume": {"spec": {"storage": {"resources": {"requests": {"storage": "20Gi"}}}}}
+    }
+    rsp = await run(request(xr({"resources": {"disk": disk}}), observed))
+    assert [r.message for r in rsp.results] == [
+        f"spec.resources.disk: {disk} is smaller than the workspace disk already is (20Gi); "
+        "disks never shrink"
+    ]

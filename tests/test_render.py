@@ -1,0 +1,131 @@
+"""Whole renders: determinism, order independence, no data loss, and the invariants so far."""
+
+import json
+import re
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from function.compose.names import WORKSPACE_LABEL, identity_labels
+from function.compose.readiness import is_ready
+from function.errors import FieldError
+from function.render import Rendered, render
+from tests.strategies import specs, xr_names
+from tests.support import NOW, PLATFORM, workspace
+
+DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+
+
+def rendered(spec: dict[str, Any], name: str = "alice-api", observed: Any = None) -> Rendered:
+    return render(workspace(spec, name), PLATFORM, observed or {}, NOW)
+
+
+def as_observed(out: Rendered) -> dict[str, Any]:
+    """What Crossplane would observe once the API server accepted every desired object."""
+    return json.loads(json.dumps(out.resources))
+
+
+@given(spec=specs)
+def test_list_order_never_changes_the_output(spec: dict[str, Any]) -> None:
+    reordered = {
+        **spec,
+        "ports": list(reversed(spec.get("ports", []))),
+        "snapshots": list(reversed(spec.get("snapshots", []))),
+    }
+    assert rendered(spec) == rendered(reordered)
+
+
+@given(spec=specs)
+def test_rendering_is_deterministic_to_the_byte(spec: dict[str, Any]) -> None:
+    a, b = rendered(spec), rendered(spec)
+    assert json.dumps(a.resources, sort_keys=False) == json.dumps(b.resources, sort_keys=False)
+    assert json.dumps(a.status) == json.dumps(b.status)
+
+
+@given(before=specs, after=specs)
+def test_a_spec_change_never_drops_an_existing_resource(
+    before: dict[str, Any], after: dict[str, Any]
+) -> None:
+    observed = as_observed(rendered(before))
+    try:
+        out = rendered(after, observed=observed)
+    except FieldError as err:
+        # A FATAL result applies and deletes nothing; only an explicit shrink is refused.
+        assert err.path == "spec.resources.disk"
+        assert "disks never shrink" in err.message
+        return
+    wanted_snapshots = {f"snapshot-{s['name']}" for s in after.get("snapshots", [])}
+    dropped = set(observed) - set(out.resources)
+    # Only removing a snapshot entry deletes something, and that is the tenant's explicit act.
+    assert dropped <= {k for k in observed if k.startswith("snapshot-")} - wanted_snapshots
+    assert out.resources["workspace-volume"]["spec"] == observed["workspace-volume"]["spec"]
+    for key in set(observed) & set(out.resources):
+        if key.startswith("snapshot-"):
+            assert out.resources[key]["spec"] == observed[key]["spec"]
+
+
+@given(spec=specs, name=xr_names)
+def test_every_name_is_a_dns_label_derived_from_the_xr(spec: dict[str, Any], name: str) -> None:
+    out = rendered(spec, name)
+    for manifest in out.resources.values():
+        assert len(manifest["metadata"]["name"]) <= 63
+        assert DNS_1035.fullmatch(manifest["metadata"]["name"])
+    assert rendered(spec, name) == out
+
+
+@given(a=xr_names, b=xr_names)
+def test_different_workspaces_never_share_an_identity(a: str, b: str) -> None:
+    if a != b:
+        assert identity_labels(workspace(name=a)) != identity_labels(workspace(name=b))
+
+
+@given(spec=specs, name=xr_names)
+def test_the_vm_and_service_carry_only_our_identity(spec: dict[str, Any], name: str) -> None:
+    out = rendered(spec, name)
+    identity = identity_labels(workspace(spec, name))
+    assert list(identity) == [WORKSPACE_LABEL]
+    assert out.resources["vm"]["spec"]["template"]["metadata"]["labels"] == identity
+    assert out.resources["service"]["spec"]["selector"] == identity
+
+
+@given(spec=specs)
+def test_an_unobserved_resource_is_never_ready(spec: dict[str, Any]) -> None:
+    out = rendered(spec)
+    assert not any(out.ready.values())
+    assert not out.composite_ready
+    for manifest in out.resources.values():
+        assert not is_ready(manifest, None)
+
+
+@settings(max_examples=50)
+@given(spec=specs)
+def test_the_sandbox_is_never_weaker_than_the_design(spec: dict[str, Any]) -> None:
+    out = rendered(spec)
+    vm = out.resources["vm"]["spec"]["template"]["spec"]
+    devices = vm["domain"]["devices"]
+    # Pod network only, NATed; no Multus, no host devices, no vsock, no token or secret volumes.
+    assert vm["networks"] == [{"name": "default", "pod": {}}]
+    assert devices["interfaces"] == [{"name": "default", "masquerade": {}}]
+    assert devices["autoattachVSOCK"] is False
+    for forbidden in ("hostDevices", "gpus", "filesystems", "downwardMetrics"):
+        assert forbidden not in devices
+    volume_kinds = {k for v in vm["volumes"] for k in v if k != "name"}
+    assert volume_kinds == {"dataVolume", "cloudInitNoCloud"}
+    assert "serviceAccountName" not in vm
+    assert "nodeSelector" not in vm  # the shipped preset sets none, and tenants can't
+    assert out.resources["service"]["spec"]["type"] == "ClusterIP"
+    assert "externalIPs" not in out.resources["service"]["spec"]
+    storage = out.resources["workspace-volume"]["spec"]["storage"]
+    assert storage["storageClassName"] == "replicated"
+    user_data = vm["volumes"][1]["cloudInitNoCloud"]["userData"]
+    assert len(user_data.encode()) <= 2048
+    assert "password" not in user_data.lower()
+
+
+@given(spec=specs, power=st.sampled_from(["Running", "Suspended"]))
+def test_power_maps_to_a_run_strategy(spec: dict[str, Any], power: str) -> None:
+    out = rendered({**spec, "power": power})
+    strategy = out.resources["vm"]["spec"]["runStrategy"]
+    assert strategy == {"Running": "Always", "Suspended": "Halted"}[power]
+    assert "running" not in out.resources["vm"]["spec"]
