@@ -197,4 +197,16 @@ def stream(
             if r.HasField("reason"):
                 result["reason"] = r.reason
             out.append(result)
-    return yaml.safe_dump_all(out, sort_keys=True, explicit_start=True) if out else ""
+    return yaml.dump_all(out, Dumper=_Dumper, sort_keys=True, explicit_start=True) if out else ""
+
+
+class _Dumper(yaml.SafeDumper):
+    """Prints multi-line strings (cloud-init user data) as readable literal blocks."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)

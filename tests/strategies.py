@@ -6,16 +6,22 @@ from hypothesis import strategies as st
 
 KEYS = [
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ59QzKAgaweWutMQQYQMAhdmOo8JHFmw4Y3BLQLyb4k alice@laptop",
-    "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBEhSioHWZwjf54wiu9K4GD"
-    "303E4bBA+nSjYJin7GLulLAhqLBJlhmDPwylHmzo5wn1aUxWJXB4NdXdzNwnL/JAw= ci-runner",
+    (
+        "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBEhSioHWZwjf54wiu9K4GD"
+        "303E4bBA+nSjYJin7GLulLAhqLBJlhmDPwylHmzo5wn1aUxWJXB4NdXdzNwnL/JAw= ci-runner"
+    ),
 ]
 
 _label = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?", fullmatch=True)
 
 # XR names are DNS-1123 subdomains: dots, leading digits and up to 253 characters.
-xr_names = st.lists(
-    st.from_regex(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", fullmatch=True), min_size=1, max_size=4
-).map(".".join).filter(lambda n: len(n) <= 253)
+xr_names = (
+    st.lists(
+        st.from_regex(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", fullmatch=True), min_size=1, max_size=4
+    )
+    .map(".".join)
+    .filter(lambda n: len(n) <= 253)
+)
 
 snapshot_names = st.from_regex(r"[a-z]([-a-z0-9]{0,30}[a-z0-9])?", fullmatch=True)
 port_names = st.from_regex(r"[a-z]{1,6}(-[a-z0-9]{1,4})?", fullmatch=True)

@@ -8,7 +8,9 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from function.fn import FunctionRunner
 from tests.support import NOW, platform_input, request, xr
 
-KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ59QzKAgaweWutMQQYQMAhdmOo8JHFmw4Y3BLQLyb4k alice@laptop"
+KEY = (
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ59QzKAgaweWutMQQYQMAhdmOo8JHFmw4Y3BLQLyb4k alice@laptop"
+)
 ECDSA_BODY = (
     "AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBEhSioHWZwjf54wiu9K4GD303E4bBA+nSjYJin7G"
     "LulLAhqLBJlhmDPwylHmzo5wn1aUxWJXB4NdXdzNwnL/JAw="
@@ -22,49 +24,220 @@ async def run(composite: dict[str, Any], step_input: dict[str, Any] | None = Non
 
 
 SPEC_CASES = [
-    pytest.param({"preset": "xl"}, "spec.preset: 'xl' is not offered; use one of: standard", id="unknown-preset"),
-    pytest.param({"image": "windows"}, "spec.image: 'windows' is not in the catalog; use one of: ubuntu-24.04", id="unknown-image"),
-    pytest.param({"resources": {"cpu": "16"}}, "spec.resources.cpu: 16 is more than preset 'standard' allows (8)", id="cpu-over-max"),
-    pytest.param({"resources": {"memory": "64Gi"}}, "spec.resources.memory: 64Gi is more than preset 'standard' allows (16Gi)", id="memory-over-max"),
-    pytest.param({"resources": {"disk": "1Ti"}}, "spec.resources.disk: 1Ti is more than preset 'standard' allows (200Gi)", id="disk-over-max"),
-    pytest.param({"resources": {"disk": "5Gi"}}, "spec.resources.disk: 5Gi is smaller than image 'ubuntu-24.04' needs (10Gi)", id="disk-under-image"),
-    pytest.param({"resources": {"cpu": "2 cores"}}, "spec.resources.cpu: '2 cores' is not a quantity; write it like '2', '500m' or '4Gi'", id="cpu-words"),
-    pytest.param({"resources": {"memory": "4GB"}}, "spec.resources.memory: '4GB' is not a quantity; write it like '2', '500m' or '4Gi'", id="memory-wrong-suffix"),
-    pytest.param({"resources": {"cpu": "0"}}, "spec.resources.cpu: must be more than zero", id="cpu-zero"),
-    pytest.param({"resources": {"cpu": "-2"}}, "spec.resources.cpu: '-2' is not a quantity; write it like '2', '500m' or '4Gi'", id="cpu-negative"),
-    pytest.param({"resources": {"cpu": "1e400"}}, "spec.resources.cpu: '1e400' is not a quantity; write it like '2', '500m' or '4Gi'", id="cpu-exponent"),
-    pytest.param({"resources": {"cpu": "0.0000001"}}, "spec.resources.cpu: must be a whole number of millicores, such as '1500m' or '1.5'", id="cpu-absurd-precision"),
-    pytest.param({"resources": {"gpu": "1"}}, "spec.resources.gpu: is not a known field; remove it or check its spelling", id="unknown-resource"),
-    pytest.param({"power": "Off"}, "spec.power: Input should be 'Running' or 'Suspended'", id="power-enum"),
-    pytest.param({"ports": [{"name": "web", "port": 0}]}, "spec.ports[0].port: Input should be greater than or equal to 1", id="port-zero"),
-    pytest.param({"ports": [{"name": "web", "port": 65536}]}, "spec.ports[0].port: Input should be less than or equal to 65535", id="port-too-high"),
-    pytest.param({"ports": [{"name": "web", "port": "3000"}]}, "spec.ports[0].port: must be a whole number", id="port-as-string"),
-    pytest.param({"ports": [{"name": "web", "port": 3000.5}]}, "spec.ports[0].port: must be a whole number", id="port-fraction"),
-    pytest.param({"ports": [{"name": "a", "port": 3000}, {"name": "b", "port": 3000}]}, "spec.ports: port 3000 is listed twice", id="duplicate-port"),
-    pytest.param({"ports": [{"name": "web", "port": 3000}, {"name": "web", "port": 3001}]}, "spec.ports: port name 'web' is listed twice", id="duplicate-port-name"),
-    pytest.param({"ports": [{"name": "agent", "port": 3000}]}, "spec.ports[0].name: 'agent' is reserved by the platform", id="agent-port-name"),
-    pytest.param({"ports": [{"name": "web", "port": 49983}]}, "spec.ports[0].port: 49983 is reserved by the platform", id="agent-port-number"),
-    pytest.param({"ssh": {"authorizedKeys": [KEY]}, "ports": [{"name": "web", "port": 22}]}, "spec.ports[0].port: 22 is reserved by the platform", id="ssh-port-with-keys"),
-    pytest.param({"ports": [{"name": "Web", "port": 3000}]}, "spec.ports[0].name: 'Web' must be lowercase letters, digits and single '-', with at least one letter", id="port-name-uppercase"),
-    pytest.param({"ports": [{"name": "a-very-long-port-name", "port": 3000}]}, "spec.ports[0].name: String should have at most 15 characters", id="port-name-too-long"),
-    pytest.param({"ssh": {"authorizedKeys": ["hello"]}}, "spec.ssh.authorizedKeys[0]: must be one OpenSSH public key line: '<type> <base64> [comment]', with type one of ssh-ed25519, ssh-rsa, ecdsa-sha2-nistp256, ecdsa-sha2-nistp384, ecdsa-sha2-nistp521, sk-ssh-ed25519@openssh.com, sk-ecdsa-sha2-nistp256@openssh.com", id="ssh-key-not-a-key"),
-    pytest.param({"ssh": {"authorizedKeys": [f"ssh-ed25519 {ECDSA_BODY}"]}}, "spec.ssh.authorizedKeys[0]: the key's body is not a ssh-ed25519 key", id="ssh-key-type-mismatch"),
-    pytest.param({"ssh": {"authorizedKeys": [KEY + "\nssh-rsa AAAA evil"]}}, "spec.ssh.authorizedKeys[0]: must be one OpenSSH public key line: '<type> <base64> [comment]', with type one of ssh-ed25519, ssh-rsa, ecdsa-sha2-nistp256, ecdsa-sha2-nistp384, ecdsa-sha2-nistp521, sk-ssh-ed25519@openssh.com, sk-ecdsa-sha2-nistp256@openssh.com", id="ssh-key-with-newline"),
-    pytest.param({"ssh": {"authorizedKeys": ["ssh-ed25519 " + "A" * 3000]}}, "spec.ssh.authorizedKeys[0]: String should have at most 2048 characters", id="ssh-key-huge"),
-    pytest.param({"ssh": {"authorizedKeys": [KEY.replace("alice@laptop", f"{i}" * 100) for i in range(8)]}}, "spec.ssh.authorizedKeys: the keys make the guest's cloud-init 2176 bytes; KubeVirt allows 2048, so use fewer or shorter keys (ed25519 keys are about 100 bytes)", id="ssh-keys-over-cloud-init-limit"),
-    pytest.param({"snapshots": [{"name": "a"}, {"name": "a"}]}, "spec.snapshots: snapshot 'a' is listed twice", id="duplicate-snapshot"),
-    pytest.param({"snapshots": [{"name": "../etc"}]}, "spec.snapshots[0].name: '../etc' must be lowercase letters, digits and '-', starting and ending with a letter or digit", id="snapshot-path"),
-    pytest.param({"snapshots": [{"name": "Nightly"}]}, "spec.snapshots[0].name: 'Nightly' must be lowercase letters, digits and '-', starting and ending with a letter or digit", id="snapshot-uppercase"),
-    pytest.param({"snapshots": [{"name": "a\nb"}]}, "spec.snapshots[0].name: 'a\\nb' must be lowercase letters, digits and '-', starting and ending with a letter or digit", id="snapshot-newline"),
-    pytest.param({"snapshots": [{"name": "s" * 41}]}, "spec.snapshots[0].name: String should have at most 40 characters", id="snapshot-too-long"),
-    pytest.param({"network": {"egress": "Internet", "allow": [{"fqdn": "pypi.org"}]}}, "spec.network: allow entries are only used with egress: Allowlist", id="allow-without-allowlist"),
-    pytest.param({"network": {"egress": "Allowlist", "allow": [{"cidr": "203.0.113.7/24"}]}}, "spec.network.allow[0].cidr: '203.0.113.7/24' is not a network in CIDR notation: 203.0.113.7/24 has host bits set", id="cidr-host-bits"),
-    pytest.param({"network": {"egress": "Allowlist", "allow": [{"fqdn": "pypi.org", "cidr": "198.51.100.0/24"}]}}, "spec.network.allow[0]: set exactly one of fqdn and cidr", id="fqdn-and-cidr"),
-    pytest.param({"lifetime": {"suspendAt": "tomorrow"}}, "spec.lifetime.suspendAt: must be an RFC 3339 time with a zone, such as 2026-12-01T18:00:00Z", id="suspend-at-malformed"),
-    pytest.param({"lifetime": {"suspendAt": "2026-12-01T18:00:00"}}, "spec.lifetime.suspendAt: must be an RFC 3339 time with a zone, such as 2026-12-01T18:00:00Z", id="suspend-at-without-zone"),
-    pytest.param({"restoreFrom": {"snapshot": "Bad_Name"}}, "spec.restoreFrom.snapshot: 'Bad_Name' must be lowercase letters, digits, '-' and '.', starting and ending with a letter or digit", id="restore-from-bad-name"),
-    pytest.param({"image": 7}, "spec.image: Input should be a valid string", id="number-for-string"),
-    pytest.param({"colour": "blue"}, "spec.colour: is not a known field; remove it or check its spelling", id="unknown-field"),
+    pytest.param(
+        {"preset": "xl"},
+        "spec.preset: 'xl' is not offered; use one of: standard",
+        id="unknown-preset",
+    ),
+    pytest.param(
+        {"image": "windows"},
+        "spec.image: 'windows' is not in the catalog; use one of: ubuntu-24.04",
+        id="unknown-image",
+    ),
+    pytest.param(
+        {"resources": {"cpu": "16"}},
+        "spec.resources.cpu: 16 is more than preset 'standard' allows (8)",
+        id="cpu-over-max",
+    ),
+    pytest.param(
+        {"resources": {"memory": "64Gi"}},
+        "spec.resources.memory: 64Gi is more than preset 'standard' allows (16Gi)",
+        id="memory-over-max",
+    ),
+    pytest.param(
+        {"resources": {"disk": "1Ti"}},
+        "spec.resources.disk: 1Ti is more than preset 'standard' allows (200Gi)",
+        id="disk-over-max",
+    ),
+    pytest.param(
+        {"resources": {"disk": "5Gi"}},
+        "spec.resources.disk: 5Gi is smaller than image 'ubuntu-24.04' needs (10Gi)",
+        id="disk-under-image",
+    ),
+    pytest.param(
+        {"resources": {"cpu": "2 cores"}},
+        "spec.resources.cpu: '2 cores' is not a quantity; write it like '2', '500m' or '4Gi'",
+        id="cpu-words",
+    ),
+    pytest.param(
+        {"resources": {"memory": "4GB"}},
+        "spec.resources.memory: '4GB' is not a quantity; write it like '2', '500m' or '4Gi'",
+        id="memory-wrong-suffix",
+    ),
+    pytest.param(
+        {"resources": {"cpu": "0"}}, "spec.resources.cpu: must be more than zero", id="cpu-zero"
+    ),
+    pytest.param(
+        {"resources": {"cpu": "-2"}},
+        "spec.resources.cpu: '-2' is not a quantity; write it like '2', '500m' or '4Gi'",
+        id="cpu-negative",
+    ),
+    pytest.param(
+        {"resources": {"cpu": "1e400"}},
+        "spec.resources.cpu: '1e400' is not a quantity; write it like '2', '500m' or '4Gi'",
+        id="cpu-exponent",
+    ),
+    pytest.param(
+        {"resources": {"cpu": "0.0000001"}},
+        "spec.resources.cpu: must be a whole number of millicores, such as '1500m' or '1.5'",
+        id="cpu-absurd-precision",
+    ),
+    pytest.param(
+        {"resources": {"gpu": "1"}},
+        "spec.resources.gpu: is not a known field; remove it or check its spelling",
+        id="unknown-resource",
+    ),
+    pytest.param(
+        {"power": "Off"}, "spec.power: Input should be 'Running' or 'Suspended'", id="power-enum"
+    ),
+    pytest.param(
+        {"ports": [{"name": "web", "port": 0}]},
+        "spec.ports[0].port: Input should be greater than or equal to 1",
+        id="port-zero",
+    ),
+    pytest.param(
+        {"ports": [{"name": "web", "port": 65536}]},
+        "spec.ports[0].port: Input should be less than or equal to 65535",
+        id="port-too-high",
+    ),
+    pytest.param(
+        {"ports": [{"name": "web", "port": "3000"}]},
+        "spec.ports[0].port: must be a whole number",
+        id="port-as-string",
+    ),
+    pytest.param(
+        {"ports": [{"name": "web", "port": 3000.5}]},
+        "spec.ports[0].port: must be a whole number",
+        id="port-fraction",
+    ),
+    pytest.param(
+        {"ports": [{"name": "a", "port": 3000}, {"name": "b", "port": 3000}]},
+        "spec.ports: port 3000 is listed twice",
+        id="duplicate-port",
+    ),
+    pytest.param(
+        {"ports": [{"name": "web", "port": 3000}, {"name": "web", "port": 3001}]},
+        "spec.ports: port name 'web' is listed twice",
+        id="duplicate-port-name",
+    ),
+    pytest.param(
+        {"ports": [{"name": "agent", "port": 3000}]},
+        "spec.ports[0].name: 'agent' is reserved by the platform",
+        id="agent-port-name",
+    ),
+    pytest.param(
+        {"ports": [{"name": "web", "port": 49983}]},
+        "spec.ports[0].port: 49983 is reserved by the platform",
+        id="agent-port-number",
+    ),
+    pytest.param(
+        {"ssh": {"authorizedKeys": [KEY]}, "ports": [{"name": "web", "port": 22}]},
+        "spec.ports[0].port: 22 is reserved by the platform",
+        id="ssh-port-with-keys",
+    ),
+    pytest.param(
+        {"ports": [{"name": "Web", "port": 3000}]},
+        "spec.ports[0].name: 'Web' must be lowercase letters, digits and single '-', with at least one letter",
+        id="port-name-uppercase",
+    ),
+    pytest.param(
+        {"ports": [{"name": "a-very-long-port-name", "port": 3000}]},
+        "spec.ports[0].name: String should have at most 15 characters",
+        id="port-name-too-long",
+    ),
+    pytest.param(
+        {"ssh": {"authorizedKeys": ["hello"]}},
+        "spec.ssh.authorizedKeys[0]: must be one OpenSSH public key line: '<type> <base64> [comment]', with type one of ssh-ed25519, ssh-rsa, ecdsa-sha2-nistp256, ecdsa-sha2-nistp384, ecdsa-sha2-nistp521, sk-ssh-ed25519@openssh.com, sk-ecdsa-sha2-nistp256@openssh.com",
+        id="ssh-key-not-a-key",
+    ),
+    pytest.param(
+        {"ssh": {"authorizedKeys": [f"ssh-ed25519 {ECDSA_BODY}"]}},
+        "spec.ssh.authorizedKeys[0]: the key's body is not a ssh-ed25519 key",
+        id="ssh-key-type-mismatch",
+    ),
+    pytest.param(
+        {"ssh": {"authorizedKeys": [KEY + "\nssh-rsa AAAA evil"]}},
+        "spec.ssh.authorizedKeys[0]: must be one OpenSSH public key line: '<type> <base64> [comment]', with type one of ssh-ed25519, ssh-rsa, ecdsa-sha2-nistp256, ecdsa-sha2-nistp384, ecdsa-sha2-nistp521, sk-ssh-ed25519@openssh.com, sk-ecdsa-sha2-nistp256@openssh.com",
+        id="ssh-key-with-newline",
+    ),
+    pytest.param(
+        {"ssh": {"authorizedKeys": ["ssh-ed25519 " + "A" * 3000]}},
+        "spec.ssh.authorizedKeys[0]: String should have at most 2048 characters",
+        id="ssh-key-huge",
+    ),
+    pytest.param(
+        {"ssh": {"authorizedKeys": [KEY.replace("alice@laptop", f"{i}" * 100) for i in range(8)]}},
+        "spec.ssh.authorizedKeys: the keys make the guest's cloud-init 2176 bytes; KubeVirt allows 2048, so use fewer or shorter keys (ed25519 keys are about 100 bytes)",
+        id="ssh-keys-over-cloud-init-limit",
+    ),
+    pytest.param(
+        {"snapshots": [{"name": "a"}, {"name": "a"}]},
+        "spec.snapshots: snapshot 'a' is listed twice",
+        id="duplicate-snapshot",
+    ),
+    pytest.param(
+        {"snapshots": [{"name": "../etc"}]},
+        "spec.snapshots[0].name: '../etc' must be lowercase letters, digits and '-', starting and ending with a letter or digit",
+        id="snapshot-path",
+    ),
+    pytest.param(
+        {"snapshots": [{"name": "Nightly"}]},
+        "spec.snapshots[0].name: 'Nightly' must be lowercase letters, digits and '-', starting and ending with a letter or digit",
+        id="snapshot-uppercase",
+    ),
+    pytest.param(
+        {"snapshots": [{"name": "a\nb"}]},
+        "spec.snapshots[0].name: 'a\\nb' must be lowercase letters, digits and '-', starting and ending with a letter or digit",
+        id="snapshot-newline",
+    ),
+    pytest.param(
+        {"snapshots": [{"name": "s" * 41}]},
+        "spec.snapshots[0].name: String should have at most 40 characters",
+        id="snapshot-too-long",
+    ),
+    pytest.param(
+        {"network": {"egress": "Internet", "allow": [{"fqdn": "pypi.org"}]}},
+        "spec.network: allow entries are only used with egress: Allowlist",
+        id="allow-without-allowlist",
+    ),
+    pytest.param(
+        {"network": {"egress": "Allowlist", "allow": [{"cidr": "203.0.113.7/24"}]}},
+        "spec.network.allow[0].cidr: '203.0.113.7/24' is not a network in CIDR notation: 203.0.113.7/24 has host bits set",
+        id="cidr-host-bits",
+    ),
+    pytest.param(
+        {
+            "network": {
+                "egress": "Allowlist",
+                "allow": [{"fqdn": "pypi.org", "cidr": "198.51.100.0/24"}],
+            }
+        },
+        "spec.network.allow[0]: set exactly one of fqdn and cidr",
+        id="fqdn-and-cidr",
+    ),
+    pytest.param(
+        {"lifetime": {"suspendAt": "tomorrow"}},
+        "spec.lifetime.suspendAt: must be an RFC 3339 time with a zone, such as 2026-12-01T18:00:00Z",
+        id="suspend-at-malformed",
+    ),
+    pytest.param(
+        {"lifetime": {"suspendAt": "2026-12-01T18:00:00"}},
+        "spec.lifetime.suspendAt: must be an RFC 3339 time with a zone, such as 2026-12-01T18:00:00Z",
+        id="suspend-at-without-zone",
+    ),
+    pytest.param(
+        {"restoreFrom": {"snapshot": "Bad_Name"}},
+        "spec.restoreFrom.snapshot: 'Bad_Name' must be lowercase letters, digits, '-' and '.', starting and ending with a letter or digit",
+        id="restore-from-bad-name",
+    ),
+    pytest.param(
+        {"image": 7}, "spec.image: Input should be a valid string", id="number-for-string"
+    ),
+    pytest.param(
+        {"colour": "blue"},
+        "spec.colour: is not a known field; remove it or check its spelling",
+        id="unknown-field",
+    ),
 ]
 
 
@@ -81,14 +254,30 @@ async def test_bad_spec_is_one_fatal_result(spec: dict[str, Any], message: str) 
     ("composite", "message"),
     [
         pytest.param({**xr(), "spec": {}}, "spec.image: is required", id="empty-spec"),
-        pytest.param({k: v for k, v in xr().items() if k != "spec"}, "spec: is required", id="missing-spec"),
-        pytest.param(xr(namespace=None) | {"metadata": {"name": "a"}}, "metadata.namespace: is required", id="no-namespace"),
-        pytest.param(xr(name="Alice"), "metadata.name: 'Alice' must be lowercase letters, digits, '-' and '.', starting and ending with a letter or digit", id="bad-name"),
-        pytest.param({**xr(), "kind": "XPostgres"}, "composite: this function composes sandbox.cozystack.io/v1alpha1 WorkspaceSandbox, not sandbox.cozystack.io/v1alpha1 XPostgres", id="wrong-kind"),
+        pytest.param(
+            {k: v for k, v in xr().items() if k != "spec"}, "spec: is required", id="missing-spec"
+        ),
+        pytest.param(
+            xr(namespace=None) | {"metadata": {"name": "a"}},
+            "metadata.namespace: is required",
+            id="no-namespace",
+        ),
+        pytest.param(
+            xr(name="Alice"),
+            "metadata.name: 'Alice' must be lowercase letters, digits, '-' and '.', starting and ending with a letter or digit",
+            id="bad-name",
+        ),
+        pytest.param(
+            {**xr(), "kind": "XPostgres"},
+            "composite: this function composes sandbox.cozystack.io/v1alpha1 WorkspaceSandbox, not sandbox.cozystack.io/v1alpha1 XPostgres",
+            id="wrong-kind",
+        ),
         pytest.param({}, "composite: the request carries no composite resource", id="no-composite"),
     ],
 )
-async def test_malformed_composite_is_one_fatal_result(composite: dict[str, Any], message: str) -> None:
+async def test_malformed_composite_is_one_fatal_result(
+    composite: dict[str, Any], message: str
+) -> None:
     rsp = await run(composite)
     assert [(r.severity, r.message) for r in rsp.results] == [(fnv1.SEVERITY_FATAL, message)]
 
@@ -104,20 +293,73 @@ def _standard(**changes: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("step_input", "message"),
     [
-        pytest.param(_input(kind="Something"), "input.kind: Input should be 'SandboxPlatform'", id="wrong-kind"),
-        pytest.param(_input(presets={}), "input.presets: Dictionary should have at least 1 item after validation, not 0", id="no-presets"),
-        pytest.param(_input(defaultPreset="xl"), "input: defaultPreset 'xl' is not one of the presets", id="default-preset-missing"),
-        pytest.param(_input(**_standard(runtime="docker")), "input.presets.standard.runtime: Input should be 'kubevirt', 'kata' or 'gvisor'", id="unknown-runtime"),
-        pytest.param(_input(**_standard(storageClass=None)), "input.presets.standard.storageClass: Input should be a valid string", id="null-storage-class"),
-        pytest.param(_input(**_standard(resources={"default": {"cpu": "9", "memory": "1Gi", "disk": "10Gi"}, "max": {"cpu": "8", "memory": "1Gi", "disk": "10Gi"}})), "input.presets.standard.resources: default.cpu is larger than max.cpu", id="default-over-max"),
-        pytest.param(_input(gateway={"namespace": "gw", "podLabels": {}}), "input.gateway.podLabels: Dictionary should have at least 1 item after validation, not 0", id="gateway-without-labels"),
-        pytest.param(_input(images={"u": {"kubevirt": {}}}), "input.images.u.kubevirt: set exactly one of pvc, dataSource and snapshot", id="image-without-source"),
-        pytest.param(_input(images={"u": {"oci": "docker.io/library/ubuntu:24.04"}}), "input.images.u.oci: 'docker.io/library/ubuntu:24.04' must be pinned by digest: registry/repository@sha256:<64 hex>", id="image-not-pinned"),
-        pytest.param(_input(network={"resolvers": ["dns.google"]}), "input.network.resolvers[0]: 'dns.google' is not an IP address", id="resolver-not-an-ip"),
-        pytest.param(_input(colour="blue"), "input.colour: is not a known field; remove it or check its spelling", id="unknown-field"),
+        pytest.param(
+            _input(kind="Something"),
+            "input.kind: Input should be 'SandboxPlatform'",
+            id="wrong-kind",
+        ),
+        pytest.param(
+            _input(presets={}),
+            "input.presets: Dictionary should have at least 1 item after validation, not 0",
+            id="no-presets",
+        ),
+        pytest.param(
+            _input(defaultPreset="xl"),
+            "input: defaultPreset 'xl' is not one of the presets",
+            id="default-preset-missing",
+        ),
+        pytest.param(
+            _input(**_standard(runtime="docker")),
+            "input.presets.standard.runtime: Input should be 'kubevirt', 'kata' or 'gvisor'",
+            id="unknown-runtime",
+        ),
+        pytest.param(
+            _input(**_standard(storageClass=None)),
+            "input.presets.standard.storageClass: Input should be a valid string",
+            id="null-storage-class",
+        ),
+        pytest.param(
+            _input(
+                **_standard(
+                    resources={
+                        "default": {"cpu": "9", "memory": "1Gi", "disk": "10Gi"},
+                        "max": {"cpu": "8", "memory": "1Gi", "disk": "10Gi"},
+                    }
+                )
+            ),
+            "input.presets.standard.resources: default.cpu is larger than max.cpu",
+            id="default-over-max",
+        ),
+        pytest.param(
+            _input(gateway={"namespace": "gw", "podLabels": {}}),
+            "input.gateway.podLabels: Dictionary should have at least 1 item after validation, not 0",
+            id="gateway-without-labels",
+        ),
+        pytest.param(
+            _input(images={"u": {"kubevirt": {}}}),
+            "input.images.u.kubevirt: set exactly one of pvc, dataSource and snapshot",
+            id="image-without-source",
+        ),
+        pytest.param(
+            _input(images={"u": {"oci": "docker.io/library/ubuntu:24.04"}}),
+            "input.images.u.oci: 'docker.io/library/ubuntu:24.04' must be pinned by digest: registry/repository@sha256:<64 hex>",
+            id="image-not-pinned",
+        ),
+        pytest.param(
+            _input(network={"resolvers": ["dns.google"]}),
+            "input.network.resolvers[0]: 'dns.google' is not an IP address",
+            id="resolver-not-an-ip",
+        ),
+        pytest.param(
+            _input(colour="blue"),
+            "input.colour: is not a known field; remove it or check its spelling",
+            id="unknown-field",
+        ),
     ],
 )
-async def test_broken_platform_input_is_one_fatal_result(step_input: dict[str, Any], message: str) -> None:
+async def test_broken_platform_input_is_one_fatal_result(
+    step_input: dict[str, Any], message: str
+) -> None:
     rsp = await run(xr(), step_input)
     assert [(r.severity, r.message, r.reason) for r in rsp.results] == [
         (fnv1.SEVERITY_FATAL, message, "InvalidInput")
@@ -129,6 +371,8 @@ async def test_preset_the_version_cannot_render_is_refused() -> None:
     presets = {"standard": {**platform_input()["presets"]["standard"], "runtime": "kata"}}
     rsp = await run(xr(), _input(presets=presets))
     assert [r.message for r in rsp.results] == [
-        "spec.preset: preset 'standard' needs runtime 'kata' with placement 'Namespace', "
-        "which this function version does not render yet"
+        (
+            "spec.preset: preset 'standard' needs runtime 'kata' with placement 'Namespace', "
+            "which this function version does not render yet"
+        )
     ]

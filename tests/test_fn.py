@@ -152,8 +152,10 @@ async def test_growing_an_existing_disk_warns_instead_of_failing() -> None:
     assert [(r.severity, r.message, r.reason) for r in rsp.results] == [
         (
             fnv1.SEVERITY_WARNING,
-            "spec.resources.disk: the workspace disk stays at 20Gi; "
-            "a DataVolume can't be resized after creation",
+            (
+                "spec.resources.disk: the workspace disk stays at 20Gi; "
+                "a DataVolume can't be resized after creation"
+            ),
             "CannotApply",
         )
     ]
@@ -168,6 +170,8 @@ async def test_shrinking_an_existing_disk_is_refused(disk: str) -> None:
     }
     rsp = await run(request(xr({"resources": {"disk": disk}}), observed))
     assert [r.message for r in rsp.results] == [
-        f"spec.resources.disk: {disk} is smaller than the workspace disk already is (20Gi); "
-        "disks never shrink"
+        (
+            f"spec.resources.disk: {disk} is smaller than the workspace disk already is (20Gi); "
+            "disks never shrink"
+        )
     ]

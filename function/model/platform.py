@@ -132,9 +132,7 @@ class Gateway(Model):
 
 class PlatformNetwork(Model):
     # Public resolvers by default (Quad9, Swiss): cluster DNS would reveal in-cluster names.
-    resolvers: Annotated[
-        tuple[IpAddress, ...], Field(min_length=1, max_length=3)
-    ] = (
+    resolvers: Annotated[tuple[IpAddress, ...], Field(min_length=1, max_length=3)] = (
         IPv4Address("9.9.9.9"),
         IPv4Address("149.112.112.112"),
     )

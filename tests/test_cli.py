@@ -1,0 +1,86 @@
+"""The `workspace-sandbox render` command, and golden renders of every example."""
+
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from function.main import cli
+from tests.support import EXAMPLES, ROOT
+
+GOLDEN = ROOT / "tests" / "golden"
+NOW = "2026-11-29T12:00:00Z"
+
+
+def render_args(case: Path) -> list[str]:
+    args = ["render", str(case / "xr.yaml"), "--include-results", "--now", NOW]
+    if (case / "observed.yaml").exists():
+        args += ["--observed", str(case / "observed.yaml")]
+    return args
+
+
+@pytest.mark.parametrize("case", EXAMPLES, ids=[c.name for c in EXAMPLES])
+def test_every_example_renders_as_its_golden_file(case: Path) -> None:
+    result = CliRunner().invoke(cli, render_args(case))
+    assert result.exit_code == 0, result.output
+    want = GOLDEN / f"{case.name}.yaml"
+    if os.environ.get("UPDATE_GOLDEN"):
+        want.write_text(result.stdout)
+    assert result.stdout == want.read_text()
+
+
+def test_render_prints_the_xr_first_then_each_composed_resource() -> None:
+    result = CliRunner().invoke(cli, render_args(ROOT / "examples" / "running"))
+    docs = list(yaml.safe_load_all(result.stdout))
+    assert docs[0]["kind"] == "WorkspaceSandbox"
+    assert docs[0]["status"]["phase"] == "Running"
+    composed = [d for d in docs[1:] if d["kind"] != "Result"]
+    names = [
+        d["metadata"]["annotations"]["crossplane.io/composition-resource-name"] for d in composed
+    ]
+    assert names == ["service", "snapshot-before-refactor", "vm", "workspace-volume"]
+    for d in composed:
+        assert d["metadata"]["namespace"] == "tenant-acme"
+        assert d["metadata"]["ownerReferences"][0]["kind"] == "WorkspaceSandbox"
+
+
+def test_fatal_exits_non_zero_with_the_message_on_stderr(tmp_path: Path) -> None:
+    xr = tmp_path / "xr.yaml"
+    xr.write_text(
+        "apiVersion: sandbox.cozystack.io/v1alpha1\nkind: WorkspaceSandbox\n"
+        "metadata: {name: a, namespace: t}\nspec: {image: ubuntu-24.04, preset: xl}\n"
+    )
+    result = CliRunner().invoke(cli, ["render", str(xr), "--include-results"])
+    assert result.exit_code == 1
+    assert result.stderr == "error: spec.preset: 'xl' is not offered; use one of: standard\n"
+    results = list(yaml.safe_load_all(result.stdout))
+    assert results == [
+        {
+            "apiVersion": "render.crossplane.io/v1beta1",
+            "kind": "Result",
+            "step": "compose-sandbox",
+            "severity": "SEVERITY_FATAL",
+            "message": "spec.preset: 'xl' is not offered; use one of: standard",
+            "reason": "InvalidSpec",
+        }
+    ]
+
+
+def test_a_composition_without_our_step_is_a_usage_error(tmp_path: Path) -> None:
+    composition = tmp_path / "c.yaml"
+    composition.write_text("apiVersion: apiextensions.crossplane.io/v1\nkind: Composition\n")
+    args = ["render", str(ROOT / "examples/minimal/xr.yaml"), "--composition", str(composition)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    assert "no pipeline step has a SandboxPlatform input" in result.stderr
+
+
+def test_observed_resources_need_their_composition_resource_name(tmp_path: Path) -> None:
+    observed = tmp_path / "o.yaml"
+    observed.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: x}\n")
+    args = ["render", str(ROOT / "examples/minimal/xr.yaml"), "--observed", str(observed)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    assert "lacks the crossplane.io/composition-resource-name annotation" in result.stderr

@@ -1,0 +1,81 @@
+"""End to end over real gRPC: `workspace-sandbox serve` as a subprocess, called like Crossplane."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from crossplane.function import resource
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
+from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
+from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1beta1
+
+from tests.support import request, xr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def address() -> Iterator[str]:
+    addr = f"127.0.0.1:{_free_port()}"
+    exe = Path(sys.executable).parent / "workspace-sandbox"
+    proc = subprocess.Popen(
+        [str(exe), "serve", "--insecure", "--address", addr],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        deadline = time.monotonic() + 20
+        with grpc.insecure_channel(addr) as channel:
+            while True:
+                try:
+                    grpc.channel_ready_future(channel).result(timeout=0.5)
+                    break
+                except grpc.FutureTimeoutError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        out = proc.stdout.read().decode() if proc.stdout else ""
+                        pytest.fail(f"server did not start: {out}")
+        yield addr
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+
+
+def test_v1_run_function_over_grpc(address: str) -> None:
+    with grpc.insecure_channel(address) as channel:
+        rsp = grpcv1.FunctionRunnerServiceStub(channel).RunFunction(request(xr()), timeout=10)
+    assert not rsp.results
+    assert sorted(rsp.desired.resources) == ["service", "vm", "workspace-volume"]
+    vm = resource.struct_to_dict(rsp.desired.resources["vm"].resource)
+    assert vm["spec"]["runStrategy"] == "Always"
+
+
+def test_v1beta1_run_function_over_grpc(address: str) -> None:
+    beta = fnv1beta1.RunFunctionRequest()
+    beta.ParseFromString(request(xr({"power": "Suspended"})).SerializeToString())
+    with grpc.insecure_channel(address) as channel:
+        rsp = grpcv1beta1.FunctionRunnerServiceStub(channel).RunFunction(beta, timeout=10)
+    vm = resource.struct_to_dict(rsp.desired.resources["vm"].resource)
+    assert vm["spec"]["runStrategy"] == "Halted"
+
+
+def test_bad_input_over_grpc_is_a_fatal_result_not_an_error(address: str) -> None:
+    with grpc.insecure_channel(address) as channel:
+        stub = grpcv1.FunctionRunnerServiceStub(channel)
+        bad = stub.RunFunction(request(xr({"preset": "xl"})), timeout=10)
+        good = stub.RunFunction(request(xr()), timeout=10)
+    assert [(r.severity, r.message) for r in bad.results] == [
+        (fnv1.SEVERITY_FATAL, "spec.preset: 'xl' is not offered; use one of: standard")
+    ]
+    assert not good.results
