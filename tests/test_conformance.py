@@ -1,0 +1,44 @@
+"""Every rendered object validates against the real upstream schema of its kind."""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+
+from function.compose.names import MANAGED_BY
+from function.render import render
+from tests.schemas import validate
+from tests.strategies import specs, xr_names
+from tests.support import EXAMPLES, NOW, PLATFORM, NAMESPACE, load_stream, observed_of, workspace
+
+
+def as_applied(manifest: dict[str, Any]) -> dict[str, Any]:
+    """What Crossplane sends to the API server: the manifest in the XR's namespace."""
+    return {**manifest, "metadata": {**manifest["metadata"], "namespace": NAMESPACE}}
+
+
+@pytest.mark.parametrize("case", EXAMPLES, ids=[c.name for c in EXAMPLES])
+def test_every_object_from_every_example_is_schema_valid(case: Path) -> None:
+    composite = load_stream(case / "xr.yaml")[0]
+    ws = workspace(composite["spec"], composite["metadata"]["name"])
+    out = render(ws, PLATFORM, observed_of(case), NOW)
+    assert out.resources
+    for name, manifest in out.resources.items():
+        assert validate(as_applied(manifest)) == [], name
+
+
+@settings(max_examples=40, deadline=None)
+@given(spec=specs, name=xr_names)
+def test_every_object_from_random_specs_is_schema_valid(spec: dict[str, Any], name: str) -> None:
+    for manifest in render(workspace(spec, name), PLATFORM, {}, NOW).resources.values():
+        assert validate(as_applied(manifest)) == []
+
+
+def test_the_validator_would_catch_a_broken_render() -> None:
+    vm = render(workspace(), PLATFORM, {}, NOW).resources["vm"]
+    broken = {**vm, "spec": {**vm["spec"], "running": "yes"}}
+    assert validate(as_applied(broken)) != []
+    assert (
+        validate(as_applied({**vm, "metadata": {"name": "Bad_Name", "labels": MANAGED_BY}})) != []
+    )
