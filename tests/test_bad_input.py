@@ -215,6 +215,21 @@ SPEC_CASES = [
         "spec.network.allow[0]: set exactly one of fqdn and cidr",
         id="fqdn-and-cidr",
     ),
+    *[
+        pytest.param(
+            {"network": {"egress": "Allowlist", "allow": [{"fqdn": fqdn}]}},
+            f"spec.network.allow[0].fqdn: {fqdn!r} must be a lowercase DNS name such as pypi.org, optionally starting with '*.'; no scheme, port or path",
+            id=f"fqdn-{case}",
+        )
+        for case, fqdn in [
+            ("scheme", "https://pypi.org"),
+            ("bare-wildcard", "*"),
+            ("inner-wildcard", "pypi.*.org"),
+            ("uppercase", "PyPI.org"),
+            ("port", "pypi.org:443"),
+            ("path", "pypi.org/simple"),
+        ]
+    ],
     pytest.param(
         {"lifetime": {"suspendAt": "tomorrow"}},
         "spec.lifetime.suspendAt: must be an RFC 3339 time with a zone, such as 2026-12-01T18:00:00Z",
@@ -349,6 +364,20 @@ def _standard(**changes: Any) -> dict[str, Any]:
             _input(network={"resolvers": ["dns.google"]}),
             "input.network.resolvers[0]: 'dns.google' is not an IP address",
             id="resolver-not-an-ip",
+        ),
+        pytest.param(
+            _input(
+                **_standard(
+                    scheduling={"tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]}
+                )
+            ),
+            "input.presets.standard.scheduling.tolerations[0]: a toleration with operator Exists takes no value",
+            id="toleration-exists-with-value",
+        ),
+        pytest.param(
+            _input(**_standard(scheduling={"nodeSelector": {"/pool": "sandbox"}})),
+            "input.presets.standard.scheduling.nodeSelector[/pool]: '/pool' has an invalid prefix; it must be a DNS subdomain",
+            id="label-key-empty-prefix",
         ),
         pytest.param(
             _input(colour="blue"),

@@ -10,7 +10,7 @@ from function.compose.names import MANAGED_BY
 from function.render import render
 from tests.schemas import validate
 from tests.strategies import specs, xr_names
-from tests.support import EXAMPLES, NOW, PLATFORM, NAMESPACE, load_stream, observed_of, workspace
+from tests.support import EXAMPLES, NAMESPACE, NOW, PLATFORM, load_stream, observed_of, workspace
 
 
 def as_applied(manifest: dict[str, Any]) -> dict[str, Any]:

@@ -35,6 +35,19 @@ def _dns_subdomain(value: str) -> str:
     return value
 
 
+# A DNS name with at most one leading wildcard label, as Cilium's toFQDNs matchPattern takes it.
+FQDN = re.compile(r"(\*\.)?([a-z0-9]([-a-z0-9]*[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def _fqdn(value: str) -> str:
+    if not FQDN.fullmatch(value):
+        raise ValueError(
+            f"{value!r} must be a lowercase DNS name such as pypi.org, optionally starting with "
+            "'*.'; no scheme, port or path"
+        )
+    return value
+
+
 def _port_name(value: str) -> str:
     if not PORT_NAME.fullmatch(value) or "--" in value or not re.search("[a-z]", value):
         raise ValueError(
@@ -44,8 +57,8 @@ def _port_name(value: str) -> str:
 
 
 def _label_key(value: str) -> str:
-    prefix, _, name = value.rpartition("/")
-    if prefix and (len(prefix) > MAX_SUBDOMAIN or not DNS_SUBDOMAIN.fullmatch(prefix)):
+    prefix, slash, name = value.rpartition("/")
+    if slash and (len(prefix) > MAX_SUBDOMAIN or not DNS_SUBDOMAIN.fullmatch(prefix)):
         raise ValueError(f"{value!r} has an invalid prefix; it must be a DNS subdomain")
     if len(name) > MAX_LABEL or not LABEL_KEY_NAME.fullmatch(name):
         raise ValueError(f"{value!r} is not a valid label key")
@@ -53,7 +66,7 @@ def _label_key(value: str) -> str:
 
 
 def _label_value(value: str) -> str:
-    if len(value) > MAX_LABEL or not LABEL_VALUE.fullmatch(value):
+    if not LABEL_VALUE.fullmatch(value):
         raise ValueError(f"{value!r} is not a valid label value")
     return value
 
@@ -61,6 +74,7 @@ def _label_value(value: str) -> str:
 DnsLabel = Annotated[str, StringConstraints(max_length=63), AfterValidator(_dns_label)]
 SnapshotName = Annotated[str, StringConstraints(max_length=40), AfterValidator(_dns_label)]
 DnsSubdomain = Annotated[str, StringConstraints(max_length=253), AfterValidator(_dns_subdomain)]
+Fqdn = Annotated[str, StringConstraints(min_length=1, max_length=253), AfterValidator(_fqdn)]
 PortName = Annotated[str, StringConstraints(max_length=15), AfterValidator(_port_name)]
 LabelKey = Annotated[str, StringConstraints(max_length=317), AfterValidator(_label_key)]
-LabelValue = Annotated[str, AfterValidator(_label_value)]
+LabelValue = Annotated[str, StringConstraints(max_length=MAX_LABEL), AfterValidator(_label_value)]

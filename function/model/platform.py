@@ -83,6 +83,12 @@ class Toleration(Model):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     toleration_seconds: Int | None = None
 
+    @model_validator(mode="after")
+    def _exists_takes_no_value(self) -> "Toleration":
+        if self.operator == "Exists" and self.value:
+            raise ValueError("a toleration with operator Exists takes no value")
+        return self
+
 
 class Scheduling(Model):
     node_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict)

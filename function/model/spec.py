@@ -8,10 +8,11 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
 from function.model import Model
-from function.model.names import DnsLabel, DnsSubdomain, PortName, SnapshotName
+from function.model.names import DnsLabel, DnsSubdomain, Fqdn, PortName, SnapshotName
 from function.model.types import Bytes, Cidr, Cpu, Port, Time
 
 MAX_ALLOW_RULES = 64
+MAX_RULE_PORTS = 16
 MAX_PORTS = 16
 MAX_SNAPSHOTS = 32
 MAX_SSH_KEYS = 8
@@ -63,9 +64,9 @@ class Lifetime(Model):
 
 
 class AllowRule(Model):
-    fqdn: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    fqdn: Fqdn | None = None
     cidr: Cidr | None = None  # strict parsing: host bits are an error
-    ports: tuple[Port, ...] = Field(default=(), max_length=16)
+    ports: tuple[Port, ...] = Field(default=(), max_length=MAX_RULE_PORTS)
 
     @model_validator(mode="after")
     def _one_destination(self) -> "AllowRule":
