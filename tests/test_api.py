@@ -574,6 +574,10 @@ def test_composition_input_validates_against_the_input_crd() -> None:
         pytest.param(XRD, id="xrd"),
         pytest.param(COMPOSITION, id="composition"),
         pytest.param(INPUT_CRD, id="input-crd"),
+        pytest.param(
+            yaml.safe_load((ROOT / "examples" / "functions.yaml").read_text()),
+            id="function-for-crossplane-render",
+        ),
     ],
 )
 def test_shipped_manifests_validate(manifest: Mapping[str, Any]) -> None:
