@@ -5,55 +5,28 @@ from typing import Annotated
 
 from pydantic import AfterValidator, StringConstraints
 
+MAX_LABEL = 63
+MAX_SUBDOMAIN = 253
+
 # DNS-1123 label: what Kubernetes requires of most names and of label values we derive.
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 # DNS-1123 subdomain: names of most namespaced objects.
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-# IANA service name: what a Service port name must be.
-PORT_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+# IANA service name, as a Service port name must be: a letter somewhere, no double dash.
+PORT_NAME = re.compile(r"(?!.*--)(?=.*[a-z])[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+# A DNS name with at most one leading wildcard label, as Cilium's toFQDNs matchPattern takes it.
+FQDN = re.compile(r"(\*\.)?([a-z0-9]([-a-z0-9]*[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
-MAX_LABEL = 63
-MAX_SUBDOMAIN = 253
 LABEL_KEY_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
-def _dns_label(value: str) -> str:
-    if not DNS_LABEL.fullmatch(value):
-        raise ValueError(
-            f"{value!r} must be lowercase letters, digits and '-', starting and ending with a "
-            "letter or digit"
-        )
-    return value
+def _matching(pattern: re.Pattern[str], must: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if not pattern.fullmatch(value):
+            raise ValueError(f"{value!r} {must}")
+        return value
 
-
-def _dns_subdomain(value: str) -> str:
-    if not DNS_SUBDOMAIN.fullmatch(value):
-        raise ValueError(
-            f"{value!r} must be lowercase letters, digits, '-' and '.', starting and ending with "
-            "a letter or digit"
-        )
-    return value
-
-
-# A DNS name with at most one leading wildcard label, as Cilium's toFQDNs matchPattern takes it.
-FQDN = re.compile(r"(\*\.)?([a-z0-9]([-a-z0-9]*[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-
-
-def _fqdn(value: str) -> str:
-    if not FQDN.fullmatch(value):
-        raise ValueError(
-            f"{value!r} must be a lowercase DNS name such as pypi.org, optionally starting with "
-            "'*.'; no scheme, port or path"
-        )
-    return value
-
-
-def _port_name(value: str) -> str:
-    if not PORT_NAME.fullmatch(value) or "--" in value or not re.search("[a-z]", value):
-        raise ValueError(
-            f"{value!r} must be lowercase letters, digits and single '-', with at least one letter"
-        )
-    return value
+    return AfterValidator(check)
 
 
 def _label_key(value: str) -> str:
@@ -65,16 +38,37 @@ def _label_key(value: str) -> str:
     return value
 
 
-def _label_value(value: str) -> str:
-    if not LABEL_VALUE.fullmatch(value):
-        raise ValueError(f"{value!r} is not a valid label value")
-    return value
+_IS_DNS_LABEL = _matching(
+    DNS_LABEL,
+    "must be lowercase letters, digits and '-', starting and ending with a letter or digit",
+)
+_IS_DNS_SUBDOMAIN = _matching(
+    DNS_SUBDOMAIN,
+    "must be lowercase letters, digits, '-' and '.', starting and ending with a letter or digit",
+)
 
-
-DnsLabel = Annotated[str, StringConstraints(max_length=63), AfterValidator(_dns_label)]
-SnapshotName = Annotated[str, StringConstraints(max_length=40), AfterValidator(_dns_label)]
-DnsSubdomain = Annotated[str, StringConstraints(max_length=253), AfterValidator(_dns_subdomain)]
-Fqdn = Annotated[str, StringConstraints(min_length=1, max_length=253), AfterValidator(_fqdn)]
-PortName = Annotated[str, StringConstraints(max_length=15), AfterValidator(_port_name)]
+DnsLabel = Annotated[str, StringConstraints(max_length=MAX_LABEL), _IS_DNS_LABEL]
+SnapshotName = Annotated[str, StringConstraints(max_length=40), _IS_DNS_LABEL]
+DnsSubdomain = Annotated[str, StringConstraints(max_length=MAX_SUBDOMAIN), _IS_DNS_SUBDOMAIN]
+Fqdn = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=MAX_SUBDOMAIN),
+    _matching(
+        FQDN,
+        "must be a lowercase DNS name such as pypi.org, optionally starting with '*.'; "
+        "no scheme, port or path",
+    ),
+]
+PortName = Annotated[
+    str,
+    StringConstraints(max_length=15),
+    _matching(
+        PORT_NAME, "must be lowercase letters, digits and single '-', with at least one letter"
+    ),
+]
 LabelKey = Annotated[str, StringConstraints(max_length=317), AfterValidator(_label_key)]
-LabelValue = Annotated[str, StringConstraints(max_length=MAX_LABEL), AfterValidator(_label_value)]
+LabelValue = Annotated[
+    str,
+    StringConstraints(max_length=MAX_LABEL),
+    _matching(LABEL_VALUE, "is not a valid label value"),
+]
