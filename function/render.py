@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from function.compose.network_policy import network_policies
 from function.compose.readiness import readiness
 from function.compose.service import service
 from function.compose.sizing import size
@@ -52,7 +53,7 @@ def render(
     resources = workspace_volume(ws, preset, image, sized, observed)
     resources |= virtual_machine(ws, preset, platform, sized)
     resources |= service(ws, platform)
-    # Network policies (the isolation of DESIGN.md section 6) join here.
+    resources |= network_policies(ws, preset, platform)
     resources |= volume_snapshots(ws, preset, observed)
 
     status, conditions, usable = workspace_status(ws, preset_name, preset, observed)

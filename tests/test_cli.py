@@ -40,7 +40,14 @@ def test_render_prints_the_xr_first_then_each_composed_resource() -> None:
     names = [
         d["metadata"]["annotations"]["crossplane.io/composition-resource-name"] for d in composed
     ]
-    assert names == ["service", "snapshot-before-refactor", "vm", "workspace-volume"]
+    assert names == [
+        "cilium-policy",
+        "network-policy",
+        "service",
+        "snapshot-before-refactor",
+        "vm",
+        "workspace-volume",
+    ]
     for d in composed:
         assert d["metadata"]["namespace"] == "tenant-acme"
         assert d["metadata"]["ownerReferences"][0]["kind"] == "WorkspaceSandbox"

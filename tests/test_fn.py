@@ -24,12 +24,14 @@ def desired(rsp: fnv1.RunFunctionResponse) -> dict[str, dict[str, Any]]:
 async def test_new_sandbox_renders_disk_vm_and_service_none_ready() -> None:
     rsp = await run(request(xr()))
     assert not rsp.results
-    assert sorted(rsp.desired.resources) == ["service", "vm", "workspace-volume"]
-    assert {k: v.ready for k, v in rsp.desired.resources.items()} == {
-        "service": fnv1.READY_FALSE,
-        "vm": fnv1.READY_FALSE,
-        "workspace-volume": fnv1.READY_FALSE,
-    }
+    assert sorted(rsp.desired.resources) == [
+        "cilium-policy",
+        "network-policy",
+        "service",
+        "vm",
+        "workspace-volume",
+    ]
+    assert {v.ready for v in rsp.desired.resources.values()} == {fnv1.READY_FALSE}
     assert rsp.desired.composite.ready == fnv1.READY_FALSE
     assert rsp.meta.tag == "test"
     assert rsp.meta.ttl.seconds == 60

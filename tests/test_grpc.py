@@ -56,7 +56,13 @@ def test_v1_run_function_over_grpc(address: str) -> None:
     with grpc.insecure_channel(address) as channel:
         rsp = grpcv1.FunctionRunnerServiceStub(channel).RunFunction(request(xr()), timeout=10)
     assert not rsp.results
-    assert sorted(rsp.desired.resources) == ["service", "vm", "workspace-volume"]
+    assert sorted(rsp.desired.resources) == [
+        "cilium-policy",
+        "network-policy",
+        "service",
+        "vm",
+        "workspace-volume",
+    ]
     vm = resource.struct_to_dict(rsp.desired.resources["vm"].resource)
     assert vm["spec"]["runStrategy"] == "Always"
 

@@ -13,7 +13,7 @@ up a changed key list. Keys reach the script as positional arguments, never as s
 import json
 
 from function.errors import FieldError
-from function.model.platform import SandboxPlatform
+from function.model.platform import Preset, SandboxPlatform
 from function.model.spec import WorkspaceSandbox
 
 USER = "sandbox"
@@ -29,15 +29,15 @@ _SETUP = (
     'printf "%s\\n" "$@" >"$k";'
     f'chown {USER}:{USER} "$k";chmod 0600 "$k";'
     f"printf 'cd {WORKSPACE}\\n' >/etc/profile.d/zz-workspace.sh;"
-    "mkdir -p /etc/systemd/resolved.conf.d;"
-    "printf '[Resolve]\\nDNS=%s\\nDomains=~.\\n' \"$DNS\""
-    " >/etc/systemd/resolved.conf.d/90-sandbox.conf;"
-    "systemctl try-restart systemd-resolved || true"
+    'd=/etc/systemd/resolved.conf.d;[ -z "$DNS" ] || { mkdir -p $d;'
+    "printf '[Resolve]\\nDNS=%s\\nDomains=~.\\n' \"$DNS\" >$d/90-sandbox.conf;"
+    "systemctl try-restart systemd-resolved || true; }"
 )
 
 
-def user_data(ws: WorkspaceSandbox, platform: SandboxPlatform) -> str:
-    resolvers = " ".join(str(r) for r in platform.network.resolvers)
+def user_data(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform) -> str:
+    # With cluster DNS the guest keeps what DHCP hands it: the pod's cluster resolver.
+    resolvers = "" if preset.cluster_dns else " ".join(map(str, platform.network.resolvers))
     script = f"DNS='{resolvers}';{_SETUP}"
     config = {
         # No distro default user: the only account is ours, with no password and no sudo.

@@ -52,6 +52,16 @@ def _domain(preset: Preset, size: Size) -> dict[str, Any]:
     return domain
 
 
+def _dns(preset: Preset, platform: SandboxPlatform) -> dict[str, Any]:
+    if preset.cluster_dns:
+        return {"dnsPolicy": "ClusterFirst"}
+    # The guest learns its resolvers over DHCP from the pod's DNS settings.
+    return {
+        "dnsPolicy": "None",
+        "dnsConfig": {"nameservers": [str(r) for r in platform.network.resolvers]},
+    }
+
+
 def _scheduling(preset: Preset) -> dict[str, Any]:
     s = preset.scheduling
     out: dict[str, Any] = {}
@@ -80,13 +90,14 @@ def virtual_machine(
             "networks": [{"name": "default", "pod": {}}],
             "volumes": [
                 {"name": "workspace", "dataVolume": {"name": workspace_volume_name(ws)}},
-                {"name": "cloudinit", "cloudInitNoCloud": {"userData": user_data(ws, platform)}},
+                {
+                    "name": "cloudinit",
+                    "cloudInitNoCloud": {"userData": user_data(ws, preset, platform)},
+                },
             ],
             "evictionStrategy": kv.eviction_strategy,
             "terminationGracePeriodSeconds": kv.termination_grace_period_seconds,
-            # The guest learns its resolvers over DHCP from the pod's DNS settings.
-            "dnsPolicy": "None",
-            "dnsConfig": {"nameservers": [str(r) for r in platform.network.resolvers]},
+            **_dns(preset, platform),
             **_scheduling(preset),
         },
     }

@@ -29,6 +29,39 @@ def _matching(pattern: re.Pattern[str], must: str) -> AfterValidator:
     return AfterValidator(check)
 
 
+# Names that resolve to the cluster, the node or a cloud's metadata service: never a sandbox's
+# business, even when a resolver would answer them.
+_INTERNAL_SUFFIXES = (
+    "cluster.local",
+    "svc",
+    "local",
+    "localhost",
+    "internal",
+    "home.arpa",
+    "in-addr.arpa",
+    "ip6.arpa",
+    "localdomain",
+    "intranet",
+    "lan",
+    "corp",
+    "private",
+)
+_IP_LIKE = re.compile(r"[0-9.]+|.*:.*")
+
+
+def _public_name(value: str) -> str:
+    name = value.removeprefix("*.")
+    if _IP_LIKE.fullmatch(name):
+        raise ValueError(f"{value!r} is an address, not a name; use cidr for addresses")
+    for suffix in _INTERNAL_SUFFIXES:
+        if name == suffix or name.endswith("." + suffix):
+            raise ValueError(f"{value!r} is a cluster, host or metadata name and is never allowed")
+    if "." not in name:
+        what = "covers a whole top-level domain" if value.startswith("*.") else "is not a full name"
+        raise ValueError(f"{value!r} {what}; name a domain such as pypi.org or *.pypi.org")
+    return value
+
+
 def _label_key(value: str) -> str:
     prefix, slash, name = value.rpartition("/")
     if slash and (len(prefix) > MAX_SUBDOMAIN or not DNS_SUBDOMAIN.fullmatch(prefix)):
@@ -58,6 +91,7 @@ Fqdn = Annotated[
         "must be a lowercase DNS name such as pypi.org, optionally starting with '*.'; "
         "no scheme, port or path",
     ),
+    AfterValidator(_public_name),
 ]
 PortName = Annotated[
     str,

@@ -6,13 +6,14 @@ whose path starts with `input.`, pointing the platform engineer at the field to 
 """
 
 import re
-from ipaddress import IPv4Address
+from ipaddress import IPv4Address, ip_network
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
 from function.errors import FieldError
 from function.model import Model
+from function.model.blocklist import blocked
 from function.model.names import DnsLabel, DnsSubdomain, LabelKey, LabelValue
 from function.model.types import Bool, Bytes, Cidr, Cpu, Int, IpAddress, Port
 
@@ -104,6 +105,9 @@ class Preset(Model):
     storage_class: DnsSubdomain
     volume_snapshot_class: DnsSubdomain
     runtime_class_name: DnsSubdomain | None = None
+    # Cluster DNS would let a sandbox enumerate in-cluster services; only for presets that
+    # must resolve in-cluster names (the pod then uses kube-dns instead of network.resolvers).
+    cluster_dns: Bool = False
     kubevirt: KubeVirtOptions = KubeVirtOptions()
     scheduling: Scheduling = Scheduling()
 
@@ -144,6 +148,18 @@ class PlatformNetwork(Model):
     )
     site_deny_cidrs: tuple[Cidr, ...] = ()
     cilium: Bool = True
+
+    @model_validator(mode="after")
+    def _resolvers_reachable(self) -> "PlatformNetwork":
+        for i, resolver in enumerate(self.resolvers):
+            hit = blocked(ip_network(resolver), self.site_deny_cidrs)
+            if hit is not None:
+                raise FieldError(
+                    f"input.network.resolvers[{i}]",
+                    f"{resolver} is in the blocked range {hit[0]} ({hit[1]}), so sandboxes "
+                    "could not reach it; use public resolvers, or a preset with clusterDns",
+                )
+        return self
 
 
 class SandboxPlatform(Model):

@@ -35,9 +35,13 @@ def _network(value: object) -> IPv4Network | IPv6Network:
     if not isinstance(value, str):
         raise ValueError("must be a CIDR string such as 203.0.113.0/24")
     try:
-        return ip_network(value, strict=True)
+        network = ip_network(value, strict=True)
     except ValueError as err:
         raise ValueError(f"{value!r} is not a network in CIDR notation: {err}") from None
+    # One spelling per network, so that the rendered policy is the text the user wrote.
+    if str(network) != value:
+        raise ValueError(f"{value!r} is not canonical; write it as {network}")
+    return network
 
 
 def _address(value: object) -> IPv4Address | IPv6Address:

@@ -1,0 +1,288 @@
+"""Network isolation: a CiliumNetworkPolicy built from denies, and a NetworkPolicy twin.
+
+Cozystack tenant namespaces already allow all-to-all, egress to `world` and ingress from the
+cluster, and allow rules add up; an allow-only policy restricts nothing there. Only Cilium's
+`egressDeny`/`ingressDeny` subtract, and a deny wins over every allow of every policy. So the
+sandbox's isolation is written as denies: the node and the control plane (entities), every
+in-cluster endpoint, and every private, reserved and site range (CIDRs). The allow rules only
+matter where nothing else allows: on clusters without Cozystack's baseline.
+
+CIDR rules never match pods or nodes in Cilium (those have their own identities), which is why
+entities and endpoints are denied separately from addresses.
+"""
+
+from typing import Any
+
+from function.compose.names import identity_labels, labels, sandbox_name
+from function.compose.service import reserved_ports
+from function.errors import FieldError
+from function.model import Manifest
+from function.model.blocklist import DENY_V4, DENY_V6, Network, blocked, embedding
+from function.model.platform import Preset, SandboxPlatform
+from function.model.spec import AllowRule, WorkspaceSandbox
+
+CILIUM_KEY = "cilium-policy"
+KUBERNETES_KEY = "network-policy"
+
+NAMESPACE = "io.kubernetes.pod.namespace"
+DENIED_ENTITIES = [
+    "host",
+    "remote-node",
+    "kube-apiserver",
+    "health",
+    "init",
+    "ingress",
+    "unmanaged",
+]
+# Sources that may never open a connection to a sandbox, whatever the baseline allows.
+DENIED_SOURCE_ENTITIES = [
+    "world",
+    "remote-node",
+    "kube-apiserver",
+    "health",
+    "ingress",
+    "unmanaged",
+]
+KUBE_DNS = {NAMESPACE: "kube-system", "k8s-app": "kube-dns"}
+DNS_PORTS = [{"port": "53", "protocol": "UDP"}, {"port": "53", "protocol": "TCP"}]
+
+
+def _deny_cidrs(site: tuple[Network, ...]) -> list[str]:
+    return [str(n) for n, _ in (*DENY_V4, *DENY_V6)] + [str(n) for n in site]
+
+
+def _in_cluster_endpoints(cluster_dns: bool) -> list[dict[str, Any]]:  # noqa: FBT001  # a preset flag
+    """Every endpoint in every namespace; with cluster DNS, all but kube-dns."""
+    if not cluster_dns:
+        return [{"matchExpressions": [{"key": NAMESPACE, "operator": "Exists"}]}]
+    return [
+        {"matchExpressions": [{"key": NAMESPACE, "operator": "NotIn", "values": ["kube-system"]}]},
+        {
+            "matchExpressions": [
+                {"key": NAMESPACE, "operator": "In", "values": ["kube-system"]},
+                {"key": "k8s-app", "operator": "NotIn", "values": ["kube-dns"]},
+            ]
+        },
+    ]
+
+
+def egress_denies(site: tuple[Network, ...], *, cluster_dns: bool) -> list[dict[str, Any]]:
+    """The egress deny rules every sandbox gets; the platform guard uses the same."""
+    rules: list[dict[str, Any]] = [
+        {"toEntities": DENIED_ENTITIES},
+        {"toEndpoints": _in_cluster_endpoints(cluster_dns)},
+        {"toCIDRSet": [{"cidr": c} for c in _deny_cidrs(site)]},
+    ]
+    if cluster_dns:
+        # kube-dns answers on 53 only; its metrics and health ports stay closed.
+        others = [
+            {"port": "1", "endPort": 52, "protocol": "ANY"},
+            {"port": "54", "endPort": 65535, "protocol": "ANY"},
+        ]
+        rules.append({"toEndpoints": [{"matchLabels": KUBE_DNS}], "toPorts": [{"ports": others}]})
+    return rules
+
+
+def _gateway_peer(platform: SandboxPlatform) -> dict[str, Any]:
+    gateway = platform.gateway
+    return {
+        "matchLabels": {NAMESPACE: gateway.namespace, **dict(sorted(gateway.pod_labels.items()))}
+    }
+
+
+def _ingress_denies(platform: SandboxPlatform) -> list[dict[str, Any]]:
+    """Deny every endpoint but the gateway's pods, and every source outside the cluster."""
+    gateway = platform.gateway
+    not_gateway = [
+        {
+            "matchExpressions": [
+                {"key": NAMESPACE, "operator": "NotIn", "values": [gateway.namespace]}
+            ]
+        }
+    ]
+    # In the gateway's namespace, a pod lacking any one gateway label is not the gateway
+    # (NotIn also matches pods without the key).
+    not_gateway += [
+        {
+            "matchExpressions": [
+                {"key": NAMESPACE, "operator": "In", "values": [gateway.namespace]},
+                {"key": key, "operator": "NotIn", "values": [value]},
+            ]
+        }
+        for key, value in sorted(gateway.pod_labels.items())
+    ]
+    return [{"fromEntities": DENIED_SOURCE_ENTITIES}, {"fromEndpoints": not_gateway}]
+
+
+def _ports(ws: WorkspaceSandbox, platform: SandboxPlatform) -> list[int]:
+    return sorted({*reserved_ports(ws, platform).values(), *(p.port for p in ws.spec.ports)})
+
+
+def _rule_ports(rule: AllowRule) -> list[dict[str, Any]]:
+    if not rule.ports:
+        return []
+    return [{"ports": [{"port": str(p), "protocol": "ANY"} for p in sorted(set(rule.ports))]}]
+
+
+def _fqdn_selector(fqdn: str) -> dict[str, str]:
+    return {"matchPattern": fqdn} if "*" in fqdn else {"matchName": fqdn}
+
+
+def _resolvers(platform: SandboxPlatform) -> list[dict[str, str]]:
+    return [{"cidr": f"{r}/{r.max_prefixlen}"} for r in platform.network.resolvers]
+
+
+def _allowlist(
+    ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform
+) -> list[dict[str, Any]]:
+    rules: list[dict[str, Any]] = []
+    fqdns = sorted({a.fqdn for a in ws.spec.network.allow if a.fqdn})
+    if fqdns:
+        # toFQDNs only works for names the DNS proxy saw resolved; it is told to answer the
+        # listed names and refuse the rest, which also keeps DNS from becoming a tunnel.
+        dns = {"dns": [_fqdn_selector(f) for f in fqdns]}
+        to_dns: dict[str, Any] = (
+            {"toEndpoints": [{"matchLabels": KUBE_DNS}]}
+            if preset.cluster_dns
+            else {"toCIDRSet": _resolvers(platform)}
+        )
+        rules.append({**to_dns, "toPorts": [{"ports": DNS_PORTS, "rules": dns}]})
+    for rule in _sorted_allow(ws):
+        peer: dict[str, Any] = (
+            {"toFQDNs": [_fqdn_selector(rule.fqdn)]}
+            if rule.fqdn
+            else {"toCIDRSet": [{"cidr": str(rule.cidr)}]}
+        )
+        rules.append({**peer, **({"toPorts": p} if (p := _rule_ports(rule)) else {})})
+    return rules
+
+
+def _sorted_allow(ws: WorkspaceSandbox) -> list[AllowRule]:
+    # Sorted so that reordering spec.network.allow doesn't rewrite the live policy.
+    return sorted(ws.spec.network.allow, key=lambda a: (a.fqdn or "", str(a.cidr or ""), a.ports))
+
+
+def _egress(
+    ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform
+) -> list[dict[str, Any]]:
+    mode = ws.spec.network.egress
+    if mode == "None":
+        return []
+    if mode == "Allowlist":
+        return _allowlist(ws, preset, platform)
+    rules: list[dict[str, Any]] = [{"toCIDRSet": [{"cidr": "0.0.0.0/0"}, {"cidr": "::/0"}]}]
+    if preset.cluster_dns:
+        rules.append(
+            {"toEndpoints": [{"matchLabels": KUBE_DNS}], "toPorts": [{"ports": DNS_PORTS}]}
+        )
+    return rules
+
+
+def check_allow(ws: WorkspaceSandbox, platform: SandboxPlatform) -> None:
+    """Refuse allow-list CIDRs that embed IPv4 or touch any blocked range."""
+    for i, rule in enumerate(ws.spec.network.allow):
+        if rule.cidr is None:
+            continue
+        path = f"spec.network.allow[{i}].cidr"
+        why = embedding(rule.cidr)
+        if why is not None:
+            raise FieldError(path, f"{rule.cidr} is refused: {why}")
+        hit = blocked(rule.cidr, platform.network.site_deny_cidrs)
+        if hit is not None:
+            raise FieldError(path, f"{rule.cidr} overlaps the blocked range {hit[0]} ({hit[1]})")
+
+
+def _cilium_policy(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform) -> Manifest:
+    identity = identity_labels(ws)
+    deny_egress = egress_denies(platform.network.site_deny_cidrs, cluster_dns=preset.cluster_dns)
+    if ws.spec.network.egress == "None":
+        deny_egress = [{"toEntities": ["all"]}]
+    ports = [{"port": str(p), "protocol": "TCP"} for p in _ports(ws, platform)]
+    return {
+        "apiVersion": "cilium.io/v2",
+        "kind": "CiliumNetworkPolicy",
+        "metadata": {"name": sandbox_name(ws), "labels": labels(ws)},
+        "spec": {
+            "description": f"Isolation of sandbox {ws.metadata.name}: denies win over every allow.",
+            "endpointSelector": {"matchLabels": identity},
+            "egressDeny": deny_egress,
+            "egress": _egress(ws, preset, platform),
+            "ingressDeny": _ingress_denies(platform),
+            "ingress": [
+                {"fromEndpoints": [_gateway_peer(platform)], "toPorts": [{"ports": ports}]}
+            ],
+        },
+    }
+
+
+def _ip_block(cidr: str, deny: list[str]) -> dict[str, Any]:
+    return {"ipBlock": {"cidr": cidr, "except": deny}}
+
+
+def _kubernetes_egress(
+    ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform
+) -> list[dict[str, Any]]:
+    site = platform.network.site_deny_cidrs
+    v4 = [str(n) for n, _ in DENY_V4] + [str(n) for n in site if n.version == 4]  # noqa: PLR2004
+    v6 = [str(n) for n, _ in DENY_V6] + [str(n) for n in site if n.version == 6]  # noqa: PLR2004
+    mode = ws.spec.network.egress
+    dns = [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
+    kube_dns = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+        "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+    }
+    rules: list[dict[str, Any]] = []
+    if mode == "Internet":
+        rules.append({"to": [_ip_block("0.0.0.0/0", v4), _ip_block("::/0", v6)]})
+    if mode == "Allowlist":
+        # A NetworkPolicy can't name FQDNs: without Cilium, only the listed CIDRs are open.
+        for rule in _sorted_allow(ws):
+            if rule.cidr is None:
+                continue
+            ports = [
+                {"port": p, "protocol": proto}
+                for p in sorted(set(rule.ports))
+                for proto in ("TCP", "UDP")
+            ]
+            rules.append(
+                {
+                    "to": [{"ipBlock": {"cidr": str(rule.cidr)}}],
+                    **({"ports": ports} if ports else {}),
+                }
+            )
+        if any(a.fqdn for a in ws.spec.network.allow) and not preset.cluster_dns:
+            resolvers = [{"ipBlock": {"cidr": c["cidr"]}} for c in _resolvers(platform)]
+            rules.append({"to": resolvers, "ports": dns})
+    if mode != "None" and preset.cluster_dns:
+        rules.append({"to": [kube_dns], "ports": dns})
+    return rules
+
+
+def _kubernetes_policy(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform) -> Manifest:
+    gateway = platform.gateway
+    source = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": gateway.namespace}},
+        "podSelector": {"matchLabels": dict(sorted(gateway.pod_labels.items()))},
+    }
+    ports = [{"port": p, "protocol": "TCP"} for p in _ports(ws, platform)]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": sandbox_name(ws), "labels": labels(ws)},
+        "spec": {
+            "podSelector": {"matchLabels": identity_labels(ws)},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [source], "ports": ports}],
+            "egress": _kubernetes_egress(ws, preset, platform),
+        },
+    }
+
+
+def network_policies(
+    ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform
+) -> dict[str, Manifest]:
+    check_allow(ws, platform)
+    out = {KUBERNETES_KEY: _kubernetes_policy(ws, preset, platform)}
+    if platform.network.cilium:
+        out[CILIUM_KEY] = _cilium_policy(ws, preset, platform)
+    return out

@@ -1,0 +1,96 @@
+"""The destinations no sandbox may reach, by address: DESIGN.md section 6, pinned.
+
+Decisions use these lists, never `ipaddress.is_private`/`is_global`: those call CGNAT neither
+private nor global, miss the IPv4-embedding IPv6 prefixes, and move between Python versions.
+Each range carries the reason a tenant reads when an allow-list entry overlaps it.
+"""
+
+from ipaddress import IPv4Network, IPv6Network, ip_network
+
+Network = IPv4Network | IPv6Network
+
+DENY_V4: tuple[tuple[IPv4Network, str], ...] = tuple(
+    (IPv4Network(cidr), reason)
+    for cidr, reason in (
+        ("0.0.0.0/8", "this network"),
+        ("10.0.0.0/8", "private network"),
+        ("100.64.0.0/10", "carrier-grade NAT, and the node join network"),
+        ("127.0.0.0/8", "loopback"),
+        ("169.254.0.0/16", "link-local, including cloud metadata"),
+        ("172.16.0.0/12", "private network"),
+        ("192.0.0.0/24", "IETF protocol assignments"),
+        ("192.0.2.0/24", "documentation"),
+        ("192.88.99.0/24", "6to4 relay anycast"),
+        ("192.168.0.0/16", "private network"),
+        ("198.18.0.0/15", "benchmarking"),
+        ("198.51.100.0/24", "documentation"),
+        ("203.0.113.0/24", "documentation"),
+        ("224.0.0.0/4", "multicast"),
+        ("240.0.0.0/4", "reserved"),
+    )
+)
+
+DENY_V6: tuple[tuple[IPv6Network, str], ...] = tuple(
+    (IPv6Network(cidr), reason)
+    for cidr, reason in (
+        ("::/96", "IPv4-compatible and loopback"),
+        ("::ffff:0:0/96", "IPv4-mapped"),
+        ("64:ff9b::/96", "NAT64"),
+        ("64:ff9b:1::/48", "local-use NAT64"),
+        ("100::/64", "discard-only"),
+        ("100:0:0:1::/64", "dummy prefix"),
+        ("2001::/23", "IETF protocol assignments, including Teredo"),
+        ("2001:db8::/32", "documentation"),
+        ("2002::/16", "6to4"),
+        ("3fff::/20", "documentation"),
+        ("5f00::/16", "segment routing"),
+        ("fc00::/7", "unique local, including cloud metadata"),
+        ("fe80::/10", "link-local"),
+        ("fec0::/10", "site-local"),
+        ("ff00::/8", "multicast"),
+    )
+)
+
+# Prefixes whose addresses carry an IPv4 address inside: allowing one could reach a denied
+# IPv4 destination through a translator. All of them are also in DENY_V6.
+IPV4_EMBEDDING: tuple[tuple[IPv6Network, str], ...] = tuple(
+    (IPv6Network(cidr), reason)
+    for cidr, reason in (
+        ("::/96", "IPv4-compatible"),
+        ("::ffff:0:0/96", "IPv4-mapped"),
+        ("64:ff9b::/96", "NAT64"),
+        ("64:ff9b:1::/48", "local-use NAT64"),
+        ("2002::/16", "6to4"),
+        ("2001::/32", "Teredo"),
+    )
+)
+
+
+def deny_ranges(site: tuple[Network, ...] = ()) -> tuple[tuple[Network, str], ...]:
+    """Every blocked range with its reason: the pinned lists, then the platform's own."""
+    return (*DENY_V4, *DENY_V6, *((n, "the platform's site deny list") for n in site))
+
+
+def blocked(network: Network, site: tuple[Network, ...] = ()) -> tuple[Network, str] | None:
+    """The first blocked range that shares any address with `network`, and why it's blocked."""
+    for denied, reason in deny_ranges(site):
+        if network.version == denied.version and network.overlaps(denied):
+            return denied, reason
+    return None
+
+
+def embedding(network: Network) -> str | None:
+    """Why `network` can carry IPv4 addresses inside IPv6 ones, or None."""
+    if isinstance(network, IPv6Network):
+        for prefix, reason in IPV4_EMBEDDING:
+            if network.overlaps(prefix):
+                return f"{reason} addresses ({prefix}) embed IPv4 addresses"
+    return None
+
+
+def canonical(text: str) -> Network:
+    """Parse a CIDR strictly and insist it's written the one way Python prints it."""
+    network = ip_network(text, strict=True)
+    if str(network) != text:
+        raise ValueError(f"write it as {network}")
+    return network
