@@ -230,6 +230,149 @@ SPEC_CASES = [
             ("path", "pypi.org/simple"),
         ]
     ],
+    *[
+        pytest.param(
+            {"network": {"egress": "Allowlist", "allow": [{"cidr": cidr}]}},
+            f"spec.network.allow[0].cidr: {message}",
+            id=f"cidr-{case}",
+        )
+        for case, cidr, message in [
+            (
+                "private",
+                "10.0.0.0/8",
+                "10.0.0.0/8 overlaps the blocked range 10.0.0.0/8 (private network)",
+            ),
+            (
+                "inside-private",
+                "192.168.7.0/24",
+                "192.168.7.0/24 overlaps the blocked range 192.168.0.0/16 (private network)",
+            ),
+            (
+                "cgnat",
+                "100.64.0.0/16",
+                "100.64.0.0/16 overlaps the blocked range 100.64.0.0/10 (carrier-grade NAT, and the node join network)",
+            ),
+            (
+                "metadata",
+                "169.254.169.254/32",
+                "169.254.169.254/32 overlaps the blocked range 169.254.0.0/16 (link-local, including cloud metadata)",
+            ),
+            (
+                "everything",
+                "0.0.0.0/0",
+                "0.0.0.0/0 overlaps the blocked range 0.0.0.0/8 (this network)",
+            ),
+            (
+                "covers-private",
+                "8.0.0.0/6",
+                "8.0.0.0/6 overlaps the blocked range 10.0.0.0/8 (private network)",
+            ),
+            (
+                "documentation",
+                "203.0.113.0/24",
+                "203.0.113.0/24 overlaps the blocked range 203.0.113.0/24 (documentation)",
+            ),
+            (
+                "multicast",
+                "224.0.0.0/24",
+                "224.0.0.0/24 overlaps the blocked range 224.0.0.0/4 (multicast)",
+            ),
+            (
+                "ipv6-everything",
+                "::/0",
+                "::/0 is refused: IPv4-compatible addresses (::/96) embed IPv4 addresses",
+            ),
+            (
+                "ipv4-mapped",
+                "::ffff:a00:0/104",
+                "::ffff:a00:0/104 is refused: IPv4-mapped addresses (::ffff:0:0/96) embed IPv4 addresses",
+            ),
+            (
+                "nat64",
+                "64:ff9b::/96",
+                "64:ff9b::/96 is refused: NAT64 addresses (64:ff9b::/96) embed IPv4 addresses",
+            ),
+            (
+                "local-nat64",
+                "64:ff9b:1::/48",
+                "64:ff9b:1::/48 is refused: local-use NAT64 addresses (64:ff9b:1::/48) embed IPv4 addresses",
+            ),
+            (
+                "6to4",
+                "2002:a00::/24",
+                "2002:a00::/24 is refused: 6to4 addresses (2002::/16) embed IPv4 addresses",
+            ),
+            (
+                "teredo",
+                "2001::/32",
+                "2001::/32 is refused: Teredo addresses (2001::/32) embed IPv4 addresses",
+            ),
+            (
+                "ula",
+                "fd00:ec2::/32",
+                "fd00:ec2::/32 overlaps the blocked range fc00::/7 (unique local, including cloud metadata)",
+            ),
+            (
+                "link-local-v6",
+                "fe80::/64",
+                "fe80::/64 overlaps the blocked range fe80::/10 (link-local)",
+            ),
+        ]
+    ],
+    pytest.param(
+        {"network": {"egress": "Allowlist", "allow": [{"cidr": "2001:DB8::/32"}]}},
+        "spec.network.allow[0].cidr: '2001:DB8::/32' is not canonical; write it as 2001:db8::/32",
+        id="cidr-not-canonical",
+    ),
+    pytest.param(
+        {"network": {"egress": "Allowlist", "allow": [{"cidr": "10.0.0.1"}, {"cidr": 7}]}},
+        "spec.network.allow[0].cidr: '10.0.0.1' is not canonical; write it as 10.0.0.1/32",
+        id="cidr-without-prefix",
+    ),
+    *[
+        pytest.param(
+            {"network": {"egress": "Allowlist", "allow": [{"fqdn": fqdn}]}},
+            f"spec.network.allow[0].fqdn: {message}",
+            id=f"fqdn-{case}",
+        )
+        for case, fqdn, message in [
+            (
+                "svc",
+                "kubernetes.default.svc",
+                "'kubernetes.default.svc' is a cluster, host or metadata name and is never allowed",
+            ),
+            (
+                "cluster-local",
+                "*.cluster.local",
+                "'*.cluster.local' is a cluster, host or metadata name and is never allowed",
+            ),
+            (
+                "gce-metadata",
+                "metadata.google.internal",
+                "'metadata.google.internal' is a cluster, host or metadata name and is never allowed",
+            ),
+            (
+                "localhost",
+                "localhost",
+                "'localhost' is a cluster, host or metadata name and is never allowed",
+            ),
+            (
+                "ip-literal",
+                "169.254.169.254",
+                "'169.254.169.254' is an address, not a name; use cidr for addresses",
+            ),
+            (
+                "single-label",
+                "intranet-db",
+                "'intranet-db' is not a full name; name a domain such as pypi.org or *.pypi.org",
+            ),
+            (
+                "tld-wildcard",
+                "*.com",
+                "'*.com' covers a whole top-level domain; name a domain such as pypi.org or *.pypi.org",
+            ),
+        ]
+    ],
     pytest.param(
         {"lifetime": {"suspendAt": "tomorrow"}},
         "spec.lifetime.suspendAt: must be an RFC 3339 time with a zone, such as 2026-12-01T18:00:00Z",
@@ -380,6 +523,21 @@ def _standard(**changes: Any) -> dict[str, Any]:
             id="label-key-empty-prefix",
         ),
         pytest.param(
+            _input(network={"resolvers": ["10.96.0.10"]}),
+            "input.network.resolvers[0]: 10.96.0.10 is in the blocked range 10.0.0.0/8 (private network), so sandboxes could not reach it; use public resolvers, or a preset with clusterDns",
+            id="private-resolver",
+        ),
+        pytest.param(
+            _input(network={"siteDenyCidrs": ["9.9.9.0/24"]}),
+            "input.network.resolvers[0]: 9.9.9.9 is in the blocked range 9.9.9.0/24 (the platform's site deny list), so sandboxes could not reach it; use public resolvers, or a preset with clusterDns",
+            id="resolver-in-site-deny-list",
+        ),
+        pytest.param(
+            _input(network={"siteDenyCidrs": ["185.12.64.1/24"]}),
+            "input.network.siteDenyCidrs[0]: '185.12.64.1/24' is not a network in CIDR notation: 185.12.64.1/24 has host bits set",
+            id="site-cidr-host-bits",
+        ),
+        pytest.param(
             _input(colour="blue"),
             "input.colour: is not a known field; remove it or check its spelling",
             id="unknown-field",
@@ -394,6 +552,18 @@ async def test_broken_platform_input_is_one_fatal_result(
         (fnv1.SEVERITY_FATAL, message, "InvalidInput")
     ]
     assert not rsp.desired.resources
+
+
+async def test_allow_cidr_overlapping_the_site_deny_list_is_refused() -> None:
+    step_input = _input(
+        network={**platform_input()["network"], "siteDenyCidrs": ["185.12.64.0/22"]}
+    )
+    spec = {"network": {"egress": "Allowlist", "allow": [{"cidr": "185.12.66.0/24"}]}}
+    rsp = await run(xr(spec), step_input)
+    assert [r.message for r in rsp.results] == [
+        "spec.network.allow[0].cidr: 185.12.66.0/24 overlaps the blocked range 185.12.64.0/22 "
+        "(the platform's site deny list)"
+    ]
 
 
 async def test_preset_the_version_cannot_render_is_refused() -> None:

@@ -35,11 +35,13 @@ DENIED_ENTITIES = [
     "unmanaged",
 ]
 # Sources that may never open a connection to a sandbox, whatever the baseline allows.
+# The local host stays allowed: kubelet probes come from it.
 DENIED_SOURCE_ENTITIES = [
     "world",
     "remote-node",
     "kube-apiserver",
     "health",
+    "init",
     "ingress",
     "unmanaged",
 ]
