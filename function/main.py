@@ -9,6 +9,7 @@ import click
 from crossplane.function import logging, runtime
 
 from function import offline
+from function.errors import FieldError
 from function.fn import FunctionRunner
 
 DEFAULT_COMPOSITION = (
@@ -111,3 +112,25 @@ def render(  # noqa: PLR0917  # click passes every option by keyword
     if fatal:
         click.echo(f"error: {fatal}", err=True)
         sys.exit(1)
+
+
+@cli.group()
+def policy() -> None:
+    """Platform network policy: the guard manifest, and verdicts for flows."""
+
+
+@policy.command()
+@click.option(
+    "--composition",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=DEFAULT_COMPOSITION,
+    show_default="compositions/workspacesandbox.yaml",
+    help="Composition whose SandboxPlatform input sets the site deny list.",
+)
+def guard(composition: Path) -> None:
+    """Print the CiliumClusterwideNetworkPolicy that guards every sandbox pod."""
+    try:
+        click.echo(offline.guard(composition), nl=False)
+    except (offline.InputError, FieldError) as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(2)

@@ -561,8 +561,10 @@ async def test_allow_cidr_overlapping_the_site_deny_list_is_refused() -> None:
     spec = {"network": {"egress": "Allowlist", "allow": [{"cidr": "185.12.66.0/24"}]}}
     rsp = await run(xr(spec), step_input)
     assert [r.message for r in rsp.results] == [
-        "spec.network.allow[0].cidr: 185.12.66.0/24 overlaps the blocked range 185.12.64.0/22 "
-        "(the platform's site deny list)"
+        (
+            "spec.network.allow[0].cidr: 185.12.66.0/24 overlaps the blocked range 185.12.64.0/22 "
+            "(the platform's site deny list)"
+        )
     ]
 
 

@@ -10,7 +10,17 @@ from function.compose.names import MANAGED_BY
 from function.render import render
 from tests.schemas import validate
 from tests.strategies import specs, xr_names
-from tests.support import EXAMPLES, NAMESPACE, NOW, PLATFORM, load_stream, observed_of, workspace
+from tests.support import (
+    EXAMPLES,
+    NAMESPACE,
+    NOW,
+    PLATFORM,
+    load_stream,
+    observed_of,
+    platform,
+    platform_input,
+    workspace,
+)
 
 
 def as_applied(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -42,3 +52,32 @@ def test_the_validator_would_catch_a_broken_render() -> None:
     assert (
         validate(as_applied({**vm, "metadata": {"name": "Bad_Name", "labels": MANAGED_BY}})) != []
     )
+
+
+@pytest.mark.parametrize(
+    ("spec", "cluster_dns"),
+    [
+        pytest.param({"network": {"egress": "None"}}, False, id="egress-none"),
+        pytest.param(
+            {
+                "network": {
+                    "egress": "Allowlist",
+                    "allow": [{"fqdn": "*.pypi.org", "ports": [443]}, {"cidr": "2a04:4e42::/32"}],
+                }
+            },
+            False,
+            id="allowlist",
+        ),
+        pytest.param(
+            {"network": {"egress": "Allowlist", "allow": [{"fqdn": "pypi.org"}]}},
+            True,
+            id="allowlist-cluster-dns",
+        ),
+        pytest.param({}, True, id="internet-cluster-dns"),
+    ],
+)
+def test_every_policy_variant_is_schema_valid(spec: dict[str, Any], cluster_dns: bool) -> None:
+    presets = {"standard": {**platform_input()["presets"]["standard"], "clusterDns": cluster_dns}}
+    out = render(workspace(spec), platform(presets=presets), {}, NOW)
+    for name, manifest in out.resources.items():
+        assert validate(as_applied(manifest)) == [], name

@@ -1,0 +1,39 @@
+"""The platform guard: one CiliumClusterwideNetworkPolicy over every sandbox pod.
+
+A sandbox's own policy is composed with it, so for a moment after its pod starts (or if a tenant
+deletes the policy) nothing sandbox-specific applies. The guard closes that window: it selects
+every pod carrying the workspace label in any namespace and applies the same denies. Its
+default deny is off in both directions, so it only subtracts and never breaks what per-sandbox
+policies allow.
+"""
+
+from function.compose.names import WORKSPACE_LABEL
+from function.compose.network_policy import DENIED_SOURCE_ENTITIES, egress_denies
+from function.model import Manifest
+from function.model.platform import SandboxPlatform
+
+NAME = "workspace-sandbox-guard"
+
+
+def guard_policy(platform: SandboxPlatform) -> Manifest:
+    # kube-dns stays open on port 53 when any preset resolves through it; every preset's own
+    # policy still denies it where that preset doesn't.
+    cluster_dns = any(p.cluster_dns for p in platform.presets.values())
+    return {
+        "apiVersion": "cilium.io/v2",
+        "kind": "CiliumClusterwideNetworkPolicy",
+        "metadata": {
+            "name": NAME,
+            "labels": {"app.kubernetes.io/managed-by": "function-workspace-sandbox"},
+        },
+        "spec": {
+            "description": "Denies every sandbox pod the node, the control plane, in-cluster "
+            "endpoints and private ranges, even before its own policy exists.",
+            "endpointSelector": {
+                "matchExpressions": [{"key": WORKSPACE_LABEL, "operator": "Exists"}]
+            },
+            "enableDefaultDeny": {"egress": False, "ingress": False},
+            "egressDeny": egress_denies(platform.network.site_deny_cidrs, cluster_dns=cluster_dns),
+            "ingressDeny": [{"fromEntities": DENIED_SOURCE_ENTITIES}],
+        },
+    }
