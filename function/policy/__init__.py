@@ -1,0 +1,30 @@
+"""A network-policy verdict evaluator: proves isolation without a cluster.
+
+`evaluate` applies Cilium's semantics (and Kubernetes NetworkPolicy's) to a set of policy
+manifests over a modelled cluster (`Environment`); `cozystack_environment` and
+`cozystack_baseline` model what a Cozystack tenant namespace already has.
+"""
+
+from function.policy.baseline import cozystack_baseline
+from function.policy.environment import (
+    Environment,
+    Node,
+    Service,
+    Workload,
+    cozystack_environment,
+)
+from function.policy.verdict import Flow, NotModelledError, Verdict, evaluate, format_verdict
+
+__all__ = [
+    "Environment",
+    "Flow",
+    "Node",
+    "NotModelledError",
+    "Service",
+    "Verdict",
+    "Workload",
+    "cozystack_baseline",
+    "cozystack_environment",
+    "evaluate",
+    "format_verdict",
+]
