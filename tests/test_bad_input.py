@@ -568,6 +568,29 @@ async def test_allow_cidr_overlapping_the_site_deny_list_is_refused() -> None:
     ]
 
 
+async def test_names_in_the_allowlist_are_refused_where_namespaces_allow_the_internet() -> None:
+    spec = {
+        "network": {
+            "egress": "Allowlist",
+            "allow": [{"cidr": "151.101.0.0/16"}, {"fqdn": "pypi.org"}],
+        }
+    }
+    rsp = await run(xr(spec))
+    assert [r.message for r in rsp.results] == [
+        "spec.network.allow[1].fqdn: names can't be enforced on this platform: its namespaces "
+        "already allow all internet egress, and Cilium can only take that away by address; "
+        "list the destination's addresses as cidr entries"
+    ]
+
+
+async def test_overlapping_allowlist_cidrs_are_refused() -> None:
+    allow = [{"cidr": "151.101.0.0/16", "ports": [443]}, {"cidr": "151.101.64.0/18"}]
+    rsp = await run(xr({"network": {"egress": "Allowlist", "allow": allow}}))
+    assert [r.message for r in rsp.results] == [
+        "spec.network.allow[1].cidr: 151.101.64.0/18 overlaps allow[0] (151.101.0.0/16); merge them"
+    ]
+
+
 async def test_preset_the_version_cannot_render_is_refused() -> None:
     presets = {"standard": {**platform_input()["presets"]["standard"], "runtime": "kata"}}
     rsp = await run(xr(), _input(presets=presets))

@@ -54,6 +54,7 @@ def test_the_validator_would_catch_a_broken_render() -> None:
     )
 
 
+@pytest.mark.parametrize("namespaces_allow_internet", [True, False])
 @pytest.mark.parametrize(
     ("spec", "cluster_dns"),
     [
@@ -62,22 +63,32 @@ def test_the_validator_would_catch_a_broken_render() -> None:
             {
                 "network": {
                     "egress": "Allowlist",
-                    "allow": [{"fqdn": "*.pypi.org", "ports": [443]}, {"cidr": "2a04:4e42::/32"}],
+                    "allow": [{"cidr": "151.101.0.0/16", "ports": [443]}, {"cidr": "2a04:4e42::/32"}],
                 }
             },
             False,
             id="allowlist",
         ),
         pytest.param(
-            {"network": {"egress": "Allowlist", "allow": [{"fqdn": "pypi.org"}]}},
+            {"network": {"egress": "Allowlist", "allow": [{"cidr": "151.101.0.0/16"}]}},
             True,
             id="allowlist-cluster-dns",
         ),
         pytest.param({}, True, id="internet-cluster-dns"),
     ],
 )
-def test_every_policy_variant_is_schema_valid(spec: dict[str, Any], cluster_dns: bool) -> None:
+def test_every_policy_variant_is_schema_valid(
+    spec: dict[str, Any], cluster_dns: bool, namespaces_allow_internet: bool
+) -> None:
     presets = {"standard": {**platform_input()["presets"]["standard"], "clusterDns": cluster_dns}}
-    out = render(workspace(spec), platform(presets=presets), {}, NOW)
+    network = {**platform_input()["network"], "namespacesAllowInternet": namespaces_allow_internet}
+    if not namespaces_allow_internet and "allow" in spec.get("network", {}):
+        spec = {
+            "network": {
+                **spec["network"],
+                "allow": [*spec["network"]["allow"], {"fqdn": "*.pypi.org", "ports": [443]}],
+            }
+        }
+    out = render(workspace(spec), platform(presets=presets, network=network), {}, NOW)
     for name, manifest in out.resources.items():
         assert validate(as_applied(manifest)) == [], name

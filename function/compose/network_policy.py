@@ -46,6 +46,7 @@ DENIED_SOURCE_ENTITIES = [
     "unmanaged",
 ]
 KUBE_DNS = {NAMESPACE: "kube-system", "k8s-app": "kube-dns"}
+MAX_PORT = 65535
 DNS_PORTS = [{"port": "53", "protocol": "UDP"}, {"port": "53", "protocol": "TCP"}]
 
 
@@ -79,7 +80,7 @@ def egress_denies(site: tuple[Network, ...], *, cluster_dns: bool) -> list[dict[
         # kube-dns answers on 53 only; its metrics and health ports stay closed.
         others = [
             {"port": "1", "endPort": 52, "protocol": "ANY"},
-            {"port": "54", "endPort": 65535, "protocol": "ANY"},
+            {"port": "54", "endPort": MAX_PORT, "protocol": "ANY"},
         ]
         rules.append({"toEndpoints": [{"matchLabels": KUBE_DNS}], "toPorts": [{"ports": others}]})
     return rules
@@ -181,11 +182,26 @@ def _egress(
 
 
 def check_allow(ws: WorkspaceSandbox, platform: SandboxPlatform) -> None:
-    """Refuse allow-list CIDRs that embed IPv4 or touch any blocked range."""
-    for i, rule in enumerate(ws.spec.network.allow):
+    """Refuse what the allow-list can't enforce, and CIDRs that touch a blocked range."""
+    allow = ws.spec.network.allow
+    for i, rule in enumerate(allow):
+        if rule.fqdn is not None and platform.network.namespaces_allow_internet:
+            raise FieldError(
+                f"spec.network.allow[{i}].fqdn",
+                "names can't be enforced on this platform: its namespaces already allow all "
+                "internet egress, and Cilium can only take that away by address; list the "
+                "destination's addresses as cidr entries",
+            )
         if rule.cidr is None:
             continue
         path = f"spec.network.allow[{i}].cidr"
+        # Overlapping entries would make one entry's port denies close the other's ports.
+        for j, other in enumerate(allow[:i]):
+            if other.cidr is not None and other.cidr.version == rule.cidr.version:
+                if rule.cidr.overlaps(other.cidr):
+                    raise FieldError(
+                        path, f"{rule.cidr} overlaps allow[{j}] ({other.cidr}); merge them"
+                    )
         why = embedding(rule.cidr)
         if why is not None:
             raise FieldError(path, f"{rule.cidr} is refused: {why}")
@@ -194,11 +210,44 @@ def check_allow(ws: WorkspaceSandbox, platform: SandboxPlatform) -> None:
             raise FieldError(path, f"{rule.cidr} overlaps the blocked range {hit[0]} ({hit[1]})")
 
 
+def _other_ports(ports: tuple[int, ...]) -> list[dict[str, Any]]:
+    """Every port range but `ports`, for a deny that leaves only those open."""
+    ranges, start = [], 1
+    for port in sorted(set(ports)):
+        if port > start:
+            ranges.append({"port": str(start), "endPort": port - 1, "protocol": "ANY"})
+        start = port + 1
+    if start <= MAX_PORT:
+        ranges.append({"port": str(start), "endPort": MAX_PORT, "protocol": "ANY"})
+    return ranges
+
+
+def _allowlist_denies(ws: WorkspaceSandbox) -> list[dict[str, Any]]:
+    """The allow-list written as denies, for namespaces that already allow the internet."""
+    cidrs = [r for r in _sorted_allow(ws) if r.cidr is not None]
+    rest = []
+    for everything, version in (("0.0.0.0/0", 4), ("::/0", 6)):
+        listed = [str(r.cidr) for r in cidrs if r.cidr and r.cidr.version == version]
+        rest.append({"cidr": everything, **({"except": listed} if listed else {})})
+    denies: list[dict[str, Any]] = [{"toCIDRSet": rest}]
+    for rule in cidrs:
+        if rule.ports:
+            denies.append(
+                {
+                    "toCIDRSet": [{"cidr": str(rule.cidr)}],
+                    "toPorts": [{"ports": _other_ports(rule.ports)}],
+                }
+            )
+    return denies
+
+
 def _cilium_policy(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform) -> Manifest:
     identity = identity_labels(ws)
     deny_egress = egress_denies(platform.network.site_deny_cidrs, cluster_dns=preset.cluster_dns)
     if ws.spec.network.egress == "None":
         deny_egress = [{"toEntities": ["all"]}]
+    elif ws.spec.network.egress == "Allowlist" and platform.network.namespaces_allow_internet:
+        deny_egress += _allowlist_denies(ws)
     ports = [{"port": str(p), "protocol": "TCP"} for p in _ports(ws, platform)]
     return {
         "apiVersion": "cilium.io/v2",

@@ -148,6 +148,9 @@ class PlatformNetwork(Model):
     )
     site_deny_cidrs: tuple[Cidr, ...] = ()
     cilium: Bool = True
+    # Cozystack's tenant baseline allows every pod egress to `world`, and allows add up: an
+    # allow-list must then be enforced with denies, which Cilium can only write by address.
+    namespaces_allow_internet: Bool = True
 
     @model_validator(mode="after")
     def _resolvers_reachable(self) -> "PlatformNetwork":

@@ -13,6 +13,8 @@ from tests.support import PLATFORM, platform, platform_input, workspace
 STANDARD = platform_input()["presets"]["standard"]
 PRESET = PLATFORM.presets["standard"]
 CLUSTER_DNS = parse(Preset, {**STANDARD, "clusterDns": True}, "input.presets.standard")
+# A cluster whose namespaces don't already allow internet egress: allow-lists work by name.
+OPEN = platform(network={**platform_input()["network"], "namespacesAllowInternet": False})
 
 
 def policies(
@@ -72,7 +74,7 @@ def test_none_mode_denies_everything_and_allows_nothing() -> None:
 
 def test_allowlist_resolves_only_the_listed_names_at_the_platform_resolvers() -> None:
     spec = allowlist({"fqdn": "pypi.org"}, {"fqdn": "*.pythonhosted.org", "ports": [443]})
-    egress = cilium(spec)["egress"]
+    egress = cilium(spec, p=OPEN)["egress"]
     assert egress[0] == {
         "toCIDRSet": [{"cidr": "9.9.9.9/32"}, {"cidr": "149.112.112.112/32"}],
         "toPorts": [
@@ -120,7 +122,43 @@ def test_allowlist_cidrs_keep_their_ports_and_reach_the_plain_policy() -> None:
 
 
 def test_allowlist_denies_stay_in_place() -> None:
-    assert cilium(allowlist({"fqdn": "pypi.org"}))["egressDeny"] == cilium({})["egressDeny"]
+    assert cilium(allowlist({"fqdn": "pypi.org"}), p=OPEN)["egressDeny"] == cilium({})["egressDeny"]
+
+
+def test_where_namespaces_allow_the_internet_the_allowlist_is_written_as_denies() -> None:
+    spec = allowlist({"cidr": "151.101.0.0/16", "ports": [443, 80]}, {"cidr": "2a04:4e42::/32"})
+    deny = cilium(spec)["egressDeny"]
+    assert deny[:3] == cilium({})["egressDeny"]
+    assert deny[3:] == [
+        {
+            "toCIDRSet": [
+                {"cidr": "0.0.0.0/0", "except": ["151.101.0.0/16"]},
+                {"cidr": "::/0", "except": ["2a04:4e42::/32"]},
+            ]
+        },
+        {
+            "toCIDRSet": [{"cidr": "151.101.0.0/16"}],
+            "toPorts": [
+                {
+                    "ports": [
+                        {"port": "1", "endPort": 79, "protocol": "ANY"},
+                        {"port": "81", "endPort": 442, "protocol": "ANY"},
+                        {"port": "444", "endPort": 65535, "protocol": "ANY"},
+                    ]
+                }
+            ],
+        },
+    ]
+
+
+def test_an_allowlist_of_nothing_denies_all_public_addresses() -> None:
+    deny = cilium({"network": {"egress": "Allowlist"}})["egressDeny"]
+    assert deny[3] == {"toCIDRSet": [{"cidr": "0.0.0.0/0"}, {"cidr": "::/0"}]}
+
+
+def test_the_highest_port_leaves_no_empty_range() -> None:
+    deny = cilium(allowlist({"cidr": "151.101.0.0/16", "ports": [65535, 1]}))["egressDeny"]
+    assert deny[4]["toPorts"] == [{"ports": [{"port": "2", "endPort": 65534, "protocol": "ANY"}]}]
 
 
 def test_cluster_dns_preset_carves_kube_dns_port_53_out_of_the_endpoint_deny() -> None:
@@ -153,7 +191,9 @@ def test_cluster_dns_preset_carves_kube_dns_port_53_out_of_the_endpoint_deny() -
 
 
 def test_without_cluster_dns_no_rule_mentions_kube_dns() -> None:
-    assert "kube-dns" not in str(policies({})) + str(policies(allowlist({"fqdn": "pypi.org"})))
+    assert "kube-dns" not in str(policies({})) + str(
+        policies(allowlist({"fqdn": "pypi.org"}), p=OPEN)
+    )
 
 
 def test_ingress_only_from_gateway_pods_on_the_sandbox_ports() -> None:
@@ -210,6 +250,6 @@ def test_exactly_one_cilium_policy_selects_the_sandbox_identity(spec: dict[str, 
 @pytest.mark.parametrize("mode", ["Internet", "Allowlist", "None"])
 def test_no_allow_rule_ever_names_a_denied_entity_or_endpoint(mode: str) -> None:
     allow = [{"fqdn": "pypi.org"}] if mode == "Allowlist" else []
-    for rule in cilium({"network": {"egress": mode, "allow": allow}})["egress"]:
+    for rule in cilium({"network": {"egress": mode, "allow": allow}}, p=OPEN)["egress"]:
         assert "toEntities" not in rule
         assert "toEndpoints" not in rule
