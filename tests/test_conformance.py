@@ -63,7 +63,10 @@ def test_the_validator_would_catch_a_broken_render() -> None:
             {
                 "network": {
                     "egress": "Allowlist",
-                    "allow": [{"cidr": "151.101.0.0/16", "ports": [443]}, {"cidr": "2a04:4e42::/32"}],
+                    "allow": [
+                        {"cidr": "151.101.0.0/16", "ports": [443]},
+                        {"cidr": "2a04:4e42::/32"},
+                    ],
                 }
             },
             False,
