@@ -577,9 +577,11 @@ async def test_names_in_the_allowlist_are_refused_where_namespaces_allow_the_int
     }
     rsp = await run(xr(spec))
     assert [r.message for r in rsp.results] == [
-        "spec.network.allow[1].fqdn: names can't be enforced on this platform: its namespaces "
-        "already allow all internet egress, and Cilium can only take that away by address; "
-        "list the destination's addresses as cidr entries"
+        (
+            "spec.network.allow[1].fqdn: names can't be enforced on this platform: its namespaces "
+            "already allow all internet egress, and Cilium can only take that away by address; "
+            "list the destination's addresses as cidr entries"
+        )
     ]
 
 
