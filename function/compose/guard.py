@@ -8,7 +8,7 @@ policies allow.
 """
 
 from function.compose.names import WORKSPACE_LABEL
-from function.compose.network_policy import DENIED_SOURCE_ENTITIES, egress_denies
+from function.compose.network_policy import egress_denies, ingress_denies
 from function.model import Manifest
 from function.model.platform import SandboxPlatform
 
@@ -28,12 +28,13 @@ def guard_policy(platform: SandboxPlatform) -> Manifest:
         },
         "spec": {
             "description": "Denies every sandbox pod the node, the control plane, in-cluster "
-            "endpoints and private ranges, even before its own policy exists.",
+            "endpoints and private ranges, and every caller but the gateway, even before its "
+            "own policy exists.",
             "endpointSelector": {
                 "matchExpressions": [{"key": WORKSPACE_LABEL, "operator": "Exists"}]
             },
             "enableDefaultDeny": {"egress": False, "ingress": False},
             "egressDeny": egress_denies(platform.network.site_deny_cidrs, cluster_dns=cluster_dns),
-            "ingressDeny": [{"fromEntities": DENIED_SOURCE_ENTITIES}],
+            "ingressDeny": ingress_denies(platform),
         },
     }

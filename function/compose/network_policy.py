@@ -93,7 +93,7 @@ def _gateway_peer(platform: SandboxPlatform) -> dict[str, Any]:
     }
 
 
-def _ingress_denies(platform: SandboxPlatform) -> list[dict[str, Any]]:
+def ingress_denies(platform: SandboxPlatform) -> list[dict[str, Any]]:
     """Deny every endpoint but the gateway's pods, and every source outside the cluster."""
     gateway = platform.gateway
     not_gateway = [
@@ -248,7 +248,13 @@ def _cilium_policy(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatfo
         deny_egress = [{"toEntities": ["all"]}]
     elif ws.spec.network.egress == "Allowlist" and platform.network.namespaces_allow_internet:
         deny_egress += _allowlist_denies(ws)
-    ports = [{"port": str(p), "protocol": "TCP"} for p in _ports(ws, platform)]
+    open_ports = _ports(ws, platform)
+    ports = [{"port": str(p), "protocol": "TCP"} for p in open_ports]
+    # The baseline lets the whole cluster in on every port; the gateway gets only ours.
+    gateway_elsewhere = {
+        "fromEndpoints": [_gateway_peer(platform)],
+        "toPorts": [{"ports": _other_ports(tuple(open_ports))}],
+    }
     return {
         "apiVersion": "cilium.io/v2",
         "kind": "CiliumNetworkPolicy",
@@ -258,7 +264,7 @@ def _cilium_policy(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatfo
             "endpointSelector": {"matchLabels": identity},
             "egressDeny": deny_egress,
             "egress": _egress(ws, preset, platform),
-            "ingressDeny": _ingress_denies(platform),
+            "ingressDeny": [*ingress_denies(platform), gateway_elsewhere],
             "ingress": [
                 {"fromEndpoints": [_gateway_peer(platform)], "toPorts": [{"ports": ports}]}
             ],
@@ -301,10 +307,9 @@ def _kubernetes_egress(
                     **({"ports": ports} if ports else {}),
                 }
             )
-        if any(a.fqdn for a in ws.spec.network.allow) and not preset.cluster_dns:
-            resolvers = [{"ipBlock": {"cidr": c["cidr"]}} for c in _resolvers(platform)]
-            rules.append({"to": resolvers, "ports": dns})
-    if mode != "None" and preset.cluster_dns:
+    # No DNS for allow-lists: names only work through Cilium's DNS proxy, and an L4 allow of
+    # port 53 here would, on a Cilium cluster, let every name past that proxy's filter.
+    if mode == "Internet" and preset.cluster_dns:
         rules.append({"to": [kube_dns], "ports": dns})
     return rules
 
