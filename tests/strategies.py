@@ -1,8 +1,11 @@
 """Hypothesis strategies that build tenant-shaped WorkspaceSandbox specs and names."""
 
+from ipaddress import IPv4Address, IPv6Address, ip_address, ip_network
 from typing import Any
 
 from hypothesis import strategies as st
+
+from function.model.blocklist import DENY_V4, DENY_V6, blocked, embedding
 
 KEYS = [
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ59QzKAgaweWutMQQYQMAhdmOo8JHFmw4Y3BLQLyb4k alice@laptop",
@@ -61,3 +64,48 @@ specs = st.fixed_dictionaries(
         "network": st.just({"egress": "Internet"}),
     },
 )
+
+
+def _address_in(network: Any) -> st.SearchStrategy[str]:
+    first, last = int(network.network_address), int(network.broadcast_address)
+    return st.integers(first, last).map(lambda n: str(ip_address(n)))
+
+
+# One random address inside a random blocked range, v4 or v6, the site list aside.
+blocked_addresses = st.sampled_from([n for n, _ in (*DENY_V4, *DENY_V6)]).flatmap(_address_in)
+
+# Unicast space (1.0.0.0 to 223.255.255.255, and 2000::/3): hypothesis leans towards the ends
+# of a range, so drawing from all of 0..2**128 would mostly land in ::/96.
+_any_v4 = st.integers(1 << 24, (224 << 24) - 1).map(IPv4Address)
+_any_v6 = st.integers(0x2 << 124, (0x4 << 124) - 1).map(IPv6Address)
+
+
+def _public(address: IPv4Address | IPv6Address) -> bool:
+    return blocked(ip_network(address)) is None
+
+
+public_addresses = st.one_of(_any_v4, _any_v6).filter(_public).map(str)
+
+
+@st.composite
+def public_cidrs(draw: st.DrawFn) -> str:
+    """A public network: a public address widened to a random prefix while that stays public."""
+    address = ip_address(draw(public_addresses))
+    prefix = draw(st.integers(12, 32) if address.version == 4 else st.integers(24, 128))
+    network = ip_network(f"{address}/{prefix}", strict=False)
+    if blocked(network) is not None or embedding(network) is not None:
+        network = ip_network(address)
+    return str(network)
+
+
+@st.composite
+def allowlists(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Non-overlapping public CIDR entries, some narrowed to ports."""
+    entries: list[dict[str, Any]] = []
+    for cidr in draw(st.lists(public_cidrs(), max_size=5)):
+        network = ip_network(cidr)
+        if any(network.overlaps(ip_network(e["cidr"])) for e in entries):
+            continue
+        ports = draw(st.lists(st.integers(1, 65535), max_size=3, unique=True))
+        entries.append({"cidr": cidr, **({"ports": ports} if ports else {})})
+    return entries
