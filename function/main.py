@@ -10,7 +10,9 @@ from crossplane.function import logging, runtime
 
 from function import offline
 from function.errors import FieldError
-from function.fn import FunctionRunner
+from function.explain import audit, flows
+from function.explain import explain as explain_flows
+from function.fn import FunctionRunner, to_dict
 
 DEFAULT_COMPOSITION = (
     Path(__file__).resolve().parent.parent / "compositions" / "workspacesandbox.yaml"
@@ -132,5 +134,64 @@ def guard(composition: Path) -> None:
     try:
         click.echo(offline.guard(composition), nl=False)
     except (offline.InputError, FieldError) as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(2)
+
+
+@policy.command()
+@click.argument("xr", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--to", "to", help="Destination: an IP, a DNS name, or namespace/pod.")
+@click.option("--from", "source", help="Caller: an IP or namespace/pod, connecting to the sandbox.")
+@click.option("--port", type=click.IntRange(1, 65535), help="Destination port.")
+@click.option("--protocol", type=click.Choice(["TCP", "UDP", "SCTP", "ICMP"]), default="TCP")
+@click.option(
+    "--composition",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=DEFAULT_COMPOSITION,
+    show_default="compositions/workspacesandbox.yaml",
+)
+@click.option("--no-baseline", is_flag=True, help="Leave out Cozystack's tenant baseline policies.")
+@click.option(
+    "--enforcement",
+    type=click.Choice(["cilium", "kubernetes"]),
+    default="cilium",
+    help="cilium: every policy; kubernetes: a plain CNI that only enforces NetworkPolicies.",
+)
+def explain(  # noqa: PLR0917  # click passes every option by keyword
+    xr: Path,
+    to: str | None,
+    source: str | None,
+    port: int | None,
+    protocol: str,
+    composition: Path,
+    no_baseline: bool,  # noqa: FBT001  # click passes flags positionally by keyword
+    enforcement: str,
+) -> None:
+    """Render XR and print the verdict, and the rule that decided it, for flows to and from it.
+
+    With neither --to nor --from, audits a standard set of destinations and callers.
+    """
+    logging.configure(logging.Level.DISABLED)
+    if to and source:
+        click.echo("error: give --to or --from, not both", err=True)
+        sys.exit(2)
+    try:
+        files = offline.request(xr, composition, None, None)
+        platform = offline.platform(composition)
+    except (offline.InputError, FieldError) as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(2)
+    rsp = asyncio.run(offline.run(FunctionRunner(), files))
+    fatal = offline.fatal(rsp)
+    if fatal:
+        click.echo(f"error: {fatal}", err=True)
+        sys.exit(1)
+    found = audit(
+        rsp, to_dict(files.req.observed.composite.resource), platform, baseline=not no_baseline
+    )
+    try:
+        asked = flows(found.sandbox, to, source, port, protocol)
+        click.echo("\n".join(explain_flows(found, asked, enforcement)))
+    except (LookupError, ValueError) as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(2)

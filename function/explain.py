@@ -1,0 +1,139 @@
+"""`workspace-sandbox policy explain`: render a WorkspaceSandbox and judge flows to and from it.
+
+Platform engineers audit a destination the way the tests do: the rendered policies, the
+platform guard and Cozystack's tenant baseline, evaluated over a modelled Cozystack cluster in
+which the sandbox takes the place of a pod with its identity labels.
+"""
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
+
+from function.compose.guard import guard_policy
+from function.compose.names import WORKSPACE_LABEL
+from function.fn import to_dict
+from function.model.platform import SandboxPlatform
+from function.policy import (
+    Environment,
+    Flow,
+    Workload,
+    cozystack_baseline,
+    cozystack_environment,
+    evaluate,
+    format_verdict,
+)
+
+POLICY_KINDS = ("CiliumNetworkPolicy", "NetworkPolicy")
+AGENT_PORT = 49983
+# Where the sandbox's pod sits in the modelled cluster, and another sandbox beside it.
+SANDBOX_IPS = ("10.244.0.99", "fd00:10:244::99")
+NEIGHBOUR_IPS = ("10.244.1.98", "fd00:10:244:1::98")
+
+# What an audit checks when no flow is named: one destination of each kind the design denies,
+# a public one it allows, and the callers it must refuse.
+AUDIT: tuple[tuple[str, int, str], ...] = (
+    ("151.101.0.223", 443, "TCP"),
+    ("2a04:4e42::223", 443, "TCP"),
+    ("9.9.9.9", 53, "UDP"),
+    ("10.0.0.5", 443, "TCP"),
+    ("100.64.0.2", 22, "TCP"),
+    ("169.254.169.254", 80, "TCP"),
+    ("fd00:ec2::254", 80, "TCP"),
+    ("192.168.100.11", 10250, "TCP"),
+    ("185.12.64.12", 22, "TCP"),
+    ("10.96.0.1", 443, "TCP"),
+    ("10.96.0.10", 53, "UDP"),
+    ("{namespace}/neighbour", 3000, "TCP"),
+    ("tenant-evil/mallory-shell", 80, "TCP"),
+    ("cozy-system/platform-db", 5432, "TCP"),
+    ("::ffff:a9fe:a9fe", 80, "TCP"),
+    ("64:ff9b::a00:5", 443, "TCP"),
+)
+CALLERS = (
+    "cozy-sandbox-gateway/sandbox-gateway",
+    "cozy-sandbox-gateway/gateway-debug",
+    "{namespace}/neighbour",
+    "tenant-evil/mallory-shell",
+    "198.51.100.7",
+)
+
+
+@dataclass(frozen=True)
+class Audit:
+    policies: list[dict[str, Any]]
+    env: Environment
+    sandbox: str
+    """The sandbox as the evaluator names it: namespace/name."""
+    notes: list[str]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def audit(
+    rsp: fnv1.RunFunctionResponse,
+    xr: dict[str, Any],
+    platform: SandboxPlatform,
+    *,
+    baseline: bool,
+) -> Audit:
+    meta = xr.get("metadata") or {}
+    name, namespace = str(meta.get("name")), str(meta.get("namespace"))
+    desired = {k: _plain(to_dict(r.resource)) for k, r in rsp.desired.resources.items()}
+    policies = [
+        {**m, "metadata": {**m["metadata"], "namespace": namespace}}
+        for m in desired.values()
+        if m.get("kind") in POLICY_KINDS
+    ]
+    policies.append(guard_policy(platform))
+    notes = []
+    if baseline:
+        try:
+            policies += cozystack_baseline(namespace)
+        except ValueError as err:
+            notes.append(f"no Cozystack baseline: {err}")
+    labels = _pod_labels(desired)
+    env = cozystack_environment()
+    others = tuple(w for w in env.workloads if (w.namespace, w.name) != (namespace, name))
+    sandbox = Workload(name, namespace, labels, SANDBOX_IPS, "node-1")
+    neighbour_labels = {WORKSPACE_LABEL: "neighbour", "kubevirt.io": "virt-launcher"}
+    neighbour = Workload("neighbour", namespace, neighbour_labels, NEIGHBOUR_IPS, "node-2")
+    workloads = (*others, sandbox, neighbour)
+    return Audit(policies, replace(env, workloads=workloads), f"{namespace}/{name}", notes)
+
+
+def _pod_labels(desired: dict[str, Any]) -> dict[str, str]:
+    vm = desired.get("vm") or {}
+    template = ((vm.get("spec") or {}).get("template") or {}).get("metadata") or {}
+    return {**template.get("labels", {}), "kubevirt.io": "virt-launcher"}
+
+
+def flows(
+    sandbox: str, to: str | None, source: str | None, port: int | None, protocol: str
+) -> list[Flow]:
+    if to is not None:
+        return [Flow(sandbox, to, port, protocol)]  # type: ignore[arg-type]
+    if source is not None:
+        return [Flow(source, sandbox, port, protocol)]  # type: ignore[arg-type]
+    namespace = sandbox.partition("/")[0]
+    out = [
+        Flow(sandbox, d.format(namespace=namespace), p, proto)  # type: ignore[arg-type]
+        for d, p, proto in AUDIT
+    ]
+    return out + [Flow(c.format(namespace=namespace), sandbox, port or AGENT_PORT) for c in CALLERS]
+
+
+def explain(found: Audit, asked: list[Flow], enforcement: str) -> list[str]:
+    lines = [f"# {note}" for note in found.notes]
+    for flow in asked:
+        verdict = evaluate(flow, found.policies, found.env, enforcement=enforcement)  # type: ignore[arg-type]
+        lines.append(format_verdict(flow, verdict))
+    return lines

@@ -1,0 +1,83 @@
+"""`workspace-sandbox policy explain`: verdicts for a rendered sandbox, from the command line."""
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from function.main import cli
+from tests.support import ROOT
+
+FULL = str(ROOT / "examples" / "full" / "xr.yaml")
+
+
+def explain(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, ["policy", "explain", FULL, *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_the_default_audit_allows_the_internet_and_the_gateway_only() -> None:
+    code, out, _ = explain()
+    assert code == 0
+    lines = out.splitlines()
+    allowed = [line.split(": allowed")[0] for line in lines if ": allowed" in line]
+    assert allowed == [
+        "tenant-acme/bob-frontend -> 151.101.0.223:443/TCP",
+        "tenant-acme/bob-frontend -> 2a04:4e42::223:443/TCP",
+        "tenant-acme/bob-frontend -> 9.9.9.9:53/UDP",
+        "cozy-sandbox-gateway/sandbox-gateway -> tenant-acme/bob-frontend:49983/TCP",
+    ]
+    assert len(lines) == 21
+    assert all(": denied: " in line for line in lines if ": allowed" not in line)
+
+
+def test_a_named_destination_shows_the_rule_that_decided() -> None:
+    code, out, _ = explain("--to", "169.254.169.254", "--port", "80")
+    assert code == 0
+    assert out == (
+        "tenant-acme/bob-frontend -> 169.254.169.254:80/TCP: denied: CiliumNetworkPolicy "
+        "tenant-acme/bob-frontend egressDeny[2] matches 169.254.169.254 (toCIDRSet 169.254.0.0/16)\n"
+    )
+
+
+def test_a_caller_on_a_declared_port_and_on_another() -> None:
+    assert (
+        ": allowed: "
+        in explain("--from", "cozy-sandbox-gateway/sandbox-gateway", "--port", "6006")[1]
+    )
+    assert (
+        ": denied: "
+        in explain("--from", "cozy-sandbox-gateway/sandbox-gateway", "--port", "6007")[1]
+    )
+
+
+def test_without_cilium_node_public_addresses_are_open_unless_listed() -> None:
+    code, out, _ = explain("--to", "185.12.64.12", "--port", "22", "--enforcement", "kubernetes")
+    assert code == 0
+    assert ": allowed: NetworkPolicy tenant-acme/bob-frontend egress[0]" in out
+
+
+def test_the_sandbox_policies_deny_without_the_baseline_too() -> None:
+    assert ": denied: " in explain("--to", "10.0.0.5", "--no-baseline")[1]
+
+
+def test_to_and_from_together_is_a_usage_error() -> None:
+    code, _, err = explain("--to", "1.1.1.1", "--from", "1.1.1.1")
+    assert code == 2
+    assert err == "error: give --to or --from, not both\n"
+
+
+def test_an_unknown_destination_is_a_usage_error() -> None:
+    code, _, err = explain("--to", "nowhere")
+    assert code == 2
+    assert "'nowhere'" in err
+
+
+def test_a_sandbox_that_does_not_render_is_a_fatal_error(tmp_path: Path) -> None:
+    xr = tmp_path / "xr.yaml"
+    xr.write_text(
+        "apiVersion: sandbox.cozystack.io/v1alpha1\nkind: WorkspaceSandbox\n"
+        "metadata: {name: a, namespace: tenant-acme}\nspec: {image: windows}\n"
+    )
+    result = CliRunner().invoke(cli, ["policy", "explain", str(xr)])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: spec.image: 'windows' is not in the catalog")
