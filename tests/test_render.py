@@ -129,3 +129,50 @@ def test_power_maps_to_a_run_strategy(spec: dict[str, Any], power: str) -> None:
     strategy = out.resources["vm"]["spec"]["runStrategy"]
     assert strategy == {"Running": "Always", "Suspended": "Halted"}[power]
     assert "running" not in out.resources["vm"]["spec"]
+
+
+RESERVED = (
+    "kubernetes.io/",
+    "k8s.io/",
+    "cilium.io/",
+    "policy.cozystack.io/",
+    "cozystack.io/",
+    "kubevirt.io/",
+    "app.kubernetes.io/instance",
+    "argocd.argoproj.io/",
+)
+# Every label key the function writes: ours, and the platform's gateway and DNS selectors.
+OUR_KEYS = {WORKSPACE_LABEL, "app.kubernetes.io/managed-by"}
+
+
+def _label_maps(obj: Any) -> list[dict[str, str]]:
+    found = []
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            if key in ("labels", "matchLabels", "selector", "nodeSelector") and isinstance(
+                value, dict
+            ):
+                found.append(value)
+            found += _label_maps(value)
+    elif isinstance(obj, list):
+        for item in obj:
+            found += _label_maps(item)
+    return found
+
+
+@given(spec=specs, name=xr_names)
+def test_tenant_text_never_becomes_a_label_key(spec: dict[str, Any], name: str) -> None:
+    out = rendered(spec, name)
+    object_labels = [m["metadata"]["labels"] for m in out.resources.values()]
+    template = out.resources["vm"]["spec"]["template"]["metadata"]["labels"]
+    for labels in [*object_labels, template]:
+        assert set(labels) <= OUR_KEYS
+        assert not [k for k in labels if k.startswith(RESERVED) and k not in OUR_KEYS]
+    platform_keys = {
+        "io.kubernetes.pod.namespace",
+        "app.kubernetes.io/name",
+        "k8s-app",
+        "kubernetes.io/metadata.name",
+    }
+    for labels in _label_maps(out.resources):
+        assert set(labels) <= OUR_KEYS | platform_keys
