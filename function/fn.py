@@ -50,7 +50,7 @@ def _platform(serialized: bytes) -> SandboxPlatform:
 
 def _read(
     req: fnv1.RunFunctionRequest,
-) -> tuple[WorkspaceSandbox, SandboxPlatform, dict[str, Manifest]]:
+) -> tuple[WorkspaceSandbox, SandboxPlatform, dict[str, Manifest], dict[str, list[Manifest]]]:
     if not req.HasField("input"):
         raise FieldError("input", "the Composition step has no SandboxPlatform input")
     platform = _platform(req.input.SerializeToString(deterministic=True))
@@ -67,7 +67,11 @@ def _read(
     ws = parse(WorkspaceSandbox, {k: xr[k] for k in ("metadata", "spec") if k in xr}, "")
     # Iterating never inserts keys, unlike req.observed.resources["x"].
     observed = {name: to_dict(r.resource) for name, r in req.observed.resources.items()}
-    return ws, platform, observed
+    required = {
+        name: [to_dict(r.resource) for r in found.items]
+        for name, found in req.required_resources.items()
+    }
+    return ws, platform, observed, required
 
 
 def _write(rsp: fnv1.RunFunctionResponse, out: Rendered) -> None:
@@ -87,6 +91,16 @@ def _write(rsp: fnv1.RunFunctionResponse, out: Rendered) -> None:
                 type=c.type, status=_STATUS[c.status], reason=c.reason, message=c.message
             )
         )
+    for name, wanted in out.requirements.items():
+        rsp.requirements.resources[name].CopyFrom(
+            fnv1.ResourceSelector(
+                api_version=wanted["apiVersion"],
+                kind=wanted["kind"],
+                match_name=wanted["name"],
+                namespace=wanted["namespace"],
+            )
+        )
+    rsp.meta.ttl.FromSeconds(out.ttl_seconds)
     for message in out.warnings:
         rsp.results.append(
             fnv1.Result(severity=fnv1.SEVERITY_WARNING, message=message, reason="CannotApply")
@@ -105,7 +119,8 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
     ) -> fnv1.RunFunctionResponse:
         rsp = response.to(req)
         try:
-            out = render(*_read(req), self.clock())
+            ws, platform, observed, required = _read(req)
+            out = render(ws, platform, observed, self.clock(), required)
         except FieldError as err:
             self.log.info("cannot render", tag=req.meta.tag, path=err.path)
             rsp.results.append(

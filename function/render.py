@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from function.compose.lifetime import DEFAULT_TTL_SECONDS, lifetime
 from function.compose.network_policy import network_policies
 from function.compose.readiness import readiness
+from function.compose.restore import restore
 from function.compose.service import service
 from function.compose.sizing import size
 from function.compose.snapshots import volume_snapshots
@@ -33,12 +35,19 @@ class Rendered:
     composite_ready: bool
     """Whether the sandbox is usable now; Crossplane's XR Ready follows it."""
     warnings: list[str] = field(default_factory=list)
+    requirements: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Resources Crossplane should fetch for the next call: name -> apiVersion, kind, name, ns."""
+    ttl_seconds: int = DEFAULT_TTL_SECONDS
+    """How long Crossplane may wait before calling again; shorter before a suspend deadline."""
 
 
 def render(
-    ws: WorkspaceSandbox, platform: SandboxPlatform, observed: Observed, now: datetime
+    ws: WorkspaceSandbox,
+    platform: SandboxPlatform,
+    observed: Observed,
+    now: datetime,
+    required: dict[str, list[Manifest]] | None = None,
 ) -> Rendered:
-    del now  # lifetime.suspendAt compares against it; the edge owns the clock
     preset_name, preset = platform.preset(ws.spec.preset)
     image = platform.image(ws.spec.image)
     if preset.runtime != "kubevirt" or preset.placement != "Namespace":
@@ -47,14 +56,31 @@ def render(
             f"preset {preset_name!r} needs runtime {preset.runtime!r} with placement "
             f"{preset.placement!r}, which this function version does not render yet",
         )
-    sized = size(ws, preset_name, preset, image)
+    life = lifetime(ws, preset_name, preset, now)
+    if life.expired:
+        ws = ws.model_copy(update={"spec": ws.spec.model_copy(update={"power": "Suspended"})})
+    source = restore(ws, observed, required or {})
+    sized = size(ws, preset_name, preset, image, source.min_disk)
     warnings = resize_warnings(ws, sized, observed)
 
-    resources = workspace_volume(ws, preset, image, sized, observed)
-    resources |= virtual_machine(ws, preset, platform, sized)
+    resources: dict[str, Manifest] = {}
+    if source.waiting is None:
+        resources |= workspace_volume(ws, preset, image, sized, observed)
+        resources |= virtual_machine(ws, preset, platform, sized)
     resources |= service(ws, platform)
     resources |= network_policies(ws, preset, platform)
-    resources |= volume_snapshots(ws, preset, observed)
+    resources |= volume_snapshots(ws, preset_name, preset, observed)
 
-    status, conditions, usable = workspace_status(ws, preset_name, preset, observed)
-    return Rendered(resources, readiness(resources, observed), status, conditions, usable, warnings)
+    status, conditions, usable = workspace_status(
+        ws, preset_name, preset, resources, observed, expired=life.expired, restoring=source.waiting
+    )
+    return Rendered(
+        resources,
+        readiness(resources, observed),
+        status,
+        conditions,
+        usable,
+        warnings,
+        source.requirements,
+        life.ttl_seconds,
+    )

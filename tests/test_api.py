@@ -9,7 +9,7 @@ import copy
 import types
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
@@ -251,6 +251,7 @@ _TYPES: list[tuple[Any, Mapping[str, Any]]] = [
     (bool, {"type": "boolean"}),
     (Decimal, {"x-kubernetes-int-or-string": True}),
     (datetime, {"type": "string", "format": "date-time"}),
+    (timedelta, {"type": "string"}),
     (IPv4Network, {"type": "string", "format": "cidr"}),
     (IPv4Address, {"type": "string"}),
 ]

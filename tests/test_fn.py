@@ -50,6 +50,7 @@ async def test_running_example_marks_everything_ready_and_the_xr_ready() -> None
     assert conditions == [
         ("Provisioned", fnv1.STATUS_CONDITION_TRUE, "Provisioned"),
         ("Suspended", fnv1.STATUS_CONDITION_FALSE, "PowerRunning"),
+        ("Snapshots", fnv1.STATUS_CONDITION_TRUE, "Ready"),
     ]
 
 

@@ -30,7 +30,13 @@ def _bounded(
     return requested
 
 
-def size(ws: WorkspaceSandbox, preset_name: str, preset: Preset, image: Image) -> Size:
+def size(
+    ws: WorkspaceSandbox,
+    preset_name: str,
+    preset: Preset,
+    image: Image,
+    restore_size: Decimal | None = None,
+) -> Size:
     want, bounds = ws.spec.resources, preset.resources
     if preset.kubevirt.instancetype is not None and preset.runtime == "kubevirt":
         for field in ("cpu", "memory"):
@@ -48,6 +54,15 @@ def size(ws: WorkspaceSandbox, preset_name: str, preset: Preset, image: Image) -
             f"{format_bytes(disk)} is smaller than image {ws.spec.image!r} needs "
             f"({format_bytes(image.min_disk)})",
         )
+    if restore_size is not None and disk < restore_size:
+        if want.disk is not None:
+            snapshot = ws.spec.restore_from.snapshot if ws.spec.restore_from else ""
+            raise FieldError(
+                "spec.resources.disk",
+                f"{format_bytes(disk)} is smaller than snapshot {snapshot!r} "
+                f"({format_bytes(restore_size)})",
+            )
+        disk = restore_size
     return Size(
         cpu=_bounded("cpu", want.cpu, bounds.default.cpu, bounds.max.cpu, preset_name),
         memory=_bounded(

@@ -1,31 +1,66 @@
 """A CSI VolumeSnapshot of the workspace disk for each `spec.snapshots` entry.
 
 KubeVirt's Snapshot feature gate is off on Cozystack, so these are plain CSI snapshots of the
-workspace PVC (a DataVolume's PVC has the DataVolume's name).
+workspace PVC (a DataVolume's PVC has the DataVolume's name). A snapshot is only taken of a
+disk that is done being created, and, where the preset asks for clean snapshots only, of a
+sandbox observed suspended. Whether the sandbox was running when a snapshot was taken is
+recorded on the snapshot itself, since nothing observed later can tell.
 """
 
+from function.compose import virtual_machine, workspace_volume
 from function.compose.names import labels, snapshot_name, workspace_volume_name
-from function.compose.observed import settled
+from function.compose.observed import dig, settled
+from function.compose.readiness import DISK_READY_PHASES
 from function.model import Manifest, Observed
 from function.model.platform import Preset
 from function.model.spec import WorkspaceSandbox
 
 PREFIX = "snapshot-"
+CONSISTENCY = "sandbox.cozystack.io/consistency"
 
 
 def key(name: str) -> str:
     return PREFIX + name
 
 
+def stopped(ws: WorkspaceSandbox, observed: Observed) -> bool:
+    """Suspended, and observed stopped: nothing writes to the disk."""
+    vm = observed.get(virtual_machine.KEY)
+    return ws.spec.power == "Suspended" and dig(vm, "status", "printableStatus") == "Stopped"
+
+
+def waiting(
+    ws: WorkspaceSandbox, preset_name: str, preset: Preset, observed: Observed
+) -> str | None:
+    """Why a new snapshot can't be taken now, or None."""
+    phase = dig(observed.get(workspace_volume.KEY), "status", "phase")
+    if phase not in DISK_READY_PHASES:
+        return "waiting for the workspace disk to be created"
+    if preset.clean_snapshots_only and not stopped(ws, observed):
+        return f"preset {preset_name!r} takes clean snapshots only: suspend the sandbox to take it"
+    return None
+
+
 def volume_snapshots(
-    ws: WorkspaceSandbox, preset: Preset, observed: Observed
+    ws: WorkspaceSandbox, preset_name: str, preset: Preset, observed: Observed
 ) -> dict[str, Manifest]:
     out: dict[str, Manifest] = {}
+    blocked = waiting(ws, preset_name, preset, observed)
     for s in sorted(ws.spec.snapshots, key=lambda s: s.name):
+        seen = observed.get(key(s.name))
+        if seen is None and blocked is not None:
+            continue
+        recorded = dig(seen, "metadata", "annotations", CONSISTENCY)
+        if recorded not in ("Clean", "Crash"):
+            recorded = "Clean" if seen is None and stopped(ws, observed) else "Crash"
         manifest: Manifest = {
             "apiVersion": "snapshot.storage.k8s.io/v1",
             "kind": "VolumeSnapshot",
-            "metadata": {"name": snapshot_name(ws, s.name), "labels": labels(ws)},
+            "metadata": {
+                "name": snapshot_name(ws, s.name),
+                "labels": labels(ws),
+                "annotations": {CONSISTENCY: recorded},
+            },
             "spec": {
                 "volumeSnapshotClassName": preset.volume_snapshot_class,
                 "source": {"persistentVolumeClaimName": workspace_volume_name(ws)},

@@ -5,7 +5,7 @@ the VM is observed stopped. Until then the phase says what is still under way, a
 `Provisioned` and `Suspended` conditions say why.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC
 from typing import Any, Literal
 
@@ -13,7 +13,7 @@ from function.compose import snapshots, virtual_machine, workspace_volume
 from function.compose.names import sandbox_name, snapshot_name, workspace_volume_name
 from function.compose.observed import condition, dig
 from function.compose.readiness import DISK_READY_PHASES
-from function.model import Observed
+from function.model import Manifest, Observed
 from function.model.platform import Preset
 from function.model.spec import WorkspaceSandbox
 
@@ -113,41 +113,86 @@ def _progress(ws: WorkspaceSandbox, observed: Observed) -> Progress:  # noqa: PL
     return Progress("Provisioning", _pending("Provisioned", "StartingVM", waiting_msg), running)
 
 
-def _snapshots(ws: WorkspaceSandbox, observed: Observed) -> list[dict[str, Any]]:
-    out = []
-    for s in sorted(ws.spec.snapshots, key=lambda s: s.name):
-        seen = observed.get(snapshots.key(s.name))
-        entry: dict[str, Any] = {
-            "name": s.name,
-            "volumeSnapshot": snapshot_name(ws, s.name),
-            "readyToUse": dig(seen, "status", "readyToUse") is True,
-        }
-        for field in ("restoreSize", "creationTime"):
-            value = dig(seen, "status", field)
-            if isinstance(value, str):
-                entry[field] = value
-        out.append(entry)
-    return out
+def _snapshot(
+    ws: WorkspaceSandbox, name: str, desired: dict[str, Manifest], observed: Observed, why: str
+) -> dict[str, Any]:
+    composed, seen = desired.get(snapshots.key(name)), observed.get(snapshots.key(name))
+    entry: dict[str, Any] = {
+        "name": name,
+        "volumeSnapshot": snapshot_name(ws, name),
+        "readyToUse": dig(seen, "status", "readyToUse") is True,
+    }
+    for field in ("restoreSize", "creationTime"):
+        value = dig(seen, "status", field)
+        if isinstance(value, str):
+            entry[field] = value
+    if composed is None:
+        return {**entry, "state": "Waiting", "message": why}
+    entry["consistency"] = dig(composed, "metadata", "annotations", snapshots.CONSISTENCY)
+    error = dig(seen, "status", "error", "message")
+    if entry["readyToUse"]:
+        return {**entry, "state": "Ready"}
+    if isinstance(error, str) and error:
+        return {**entry, "state": "Failed", "message": error}
+    return {**entry, "state": "Creating"}
+
+
+def _snapshots_condition(entries: list[dict[str, Any]]) -> Condition:
+    by_state: dict[str, list[str]] = {}
+    for e in entries:
+        by_state.setdefault(e["state"], []).append(e["name"])
+    if failed := by_state.get("Failed"):
+        return _pending("Snapshots", "SnapshotFailed", f"failed: {', '.join(failed)}")
+    if waiting := by_state.get("Waiting"):
+        why = next(e["message"] for e in entries if e["state"] == "Waiting")
+        return _pending("Snapshots", "WaitingToSnapshot", f"{', '.join(waiting)}: {why}")
+    if creating := by_state.get("Creating"):
+        return _pending("Snapshots", "Creating", f"being taken: {', '.join(creating)}")
+    return _done("Snapshots", "Ready", f"{len(entries)} ready" if entries else "none requested")
+
+
+def _lifetime_expired(progress: Progress, deadline: str) -> Progress:
+    why = f"spec.lifetime.suspendAt ({deadline}) has passed; move it forward to resume"
+    held = progress.suspended
+    return replace(progress, suspended=Condition("Suspended", held.status, "LifetimeExpired", why))
 
 
 def workspace_status(
-    ws: WorkspaceSandbox, preset_name: str, preset: Preset, observed: Observed
+    ws: WorkspaceSandbox,
+    preset_name: str,
+    preset: Preset,
+    desired: dict[str, Manifest],
+    observed: Observed,
+    *,
+    expired: bool,
+    restoring: str | None,
 ) -> tuple[dict[str, Any], tuple[Condition, ...], bool]:
     """The XR's whole status, its conditions, and whether the sandbox is usable now."""
     progress = _progress(ws, observed)
+    if restoring is not None:
+        waiting = _pending("Provisioned", "WaitingForRestoreSnapshot", restoring)
+        progress = replace(progress, phase="Pending", provisioned=waiting)
+    deadline = ws.spec.lifetime.suspend_at
+    shown = deadline.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if deadline else None
+    if expired and shown:
+        progress = _lifetime_expired(progress, shown)
+    why = snapshots.waiting(ws, preset_name, preset, observed) or ""
+    entries = [
+        _snapshot(ws, s.name, desired, observed, why)
+        for s in sorted(ws.spec.snapshots, key=lambda s: s.name)
+    ]
     status: dict[str, Any] = {
         "phase": progress.phase,
         "preset": preset_name,
         "runtime": preset.runtime,
         "placement": preset.placement,
-        "snapshots": _snapshots(ws, observed),
+        "snapshots": entries,
     }
     if "service" in observed:
         status["endpoint"] = f"{sandbox_name(ws)}.{ws.metadata.namespace}.svc"
     if workspace_volume.KEY in observed:
         status["workspaceVolume"] = workspace_volume_name(ws)
-    if ws.spec.lifetime.suspend_at is not None:
-        status["suspendAt"] = ws.spec.lifetime.suspend_at.astimezone(UTC).strftime(
-            "%Y-%m-%dT%H:%M:%SZ"
-        )
-    return status, (progress.provisioned, progress.suspended), progress.phase == "Running"
+    if shown:
+        status["suspendAt"] = shown
+    conditions = (progress.provisioned, progress.suspended, _snapshots_condition(entries))
+    return status, conditions, progress.phase == "Running"

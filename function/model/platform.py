@@ -15,7 +15,7 @@ from function.errors import FieldError
 from function.model import Model
 from function.model.blocklist import blocked
 from function.model.names import DnsLabel, DnsSubdomain, LabelKey, LabelValue
-from function.model.types import Bool, Bytes, Cidr, Cpu, Int, IpAddress, Port
+from function.model.types import Bool, Bytes, Cidr, Cpu, Duration, Int, IpAddress, Port
 
 Runtime = Literal["kubevirt", "kata", "gvisor"]
 Placement = Literal["Namespace", "SharedComputePlane", "DedicatedComputePlane"]
@@ -108,6 +108,11 @@ class Preset(Model):
     # Cluster DNS would let a sandbox enumerate in-cluster services; only for presets that
     # must resolve in-cluster names (the pod then uses kube-dns instead of network.resolvers).
     cluster_dns: Bool = False
+    # Take snapshots only of a suspended sandbox, so every one is consistent on disk; entries
+    # added while it runs wait until it is suspended.
+    clean_snapshots_only: Bool = False
+    # How far ahead of now spec.lifetime.suspendAt may be; none means no limit.
+    max_lifetime: Duration | None = None
     kubevirt: KubeVirtOptions = KubeVirtOptions()
     scheduling: Scheduling = Scheduling()
 

@@ -5,7 +5,7 @@ import binascii
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, model_validator
 
 from function.model import Model
 from function.model.names import DnsLabel, DnsSubdomain, Fqdn, PortName, SnapshotName
@@ -99,8 +99,17 @@ class Snapshot(Model):
     name: SnapshotName
 
 
+def _same_namespace(value: object) -> object:
+    if isinstance(value, str) and "/" in value:
+        raise ValueError(
+            f"{value!r} names another namespace; only VolumeSnapshots in the sandbox's own "
+            "namespace can be restored"
+        )
+    return value
+
+
 class RestoreFrom(Model):
-    snapshot: DnsSubdomain
+    snapshot: Annotated[DnsSubdomain, BeforeValidator(_same_namespace)]
 
 
 def _unique(key: str, what: str) -> AfterValidator:

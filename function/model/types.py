@@ -6,7 +6,7 @@ do we, so that the function never accepts what the schema refuses.
 """
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
 from typing import Annotated
@@ -70,3 +70,19 @@ def _time(value: object) -> datetime:
 Cidr = Annotated[IPv4Network | IPv6Network, BeforeValidator(_network)]
 IpAddress = Annotated[IPv4Address | IPv6Address, BeforeValidator(_address)]
 Time = Annotated[datetime, BeforeValidator(_time)]
+
+
+_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?")
+
+
+def _duration(value: object) -> timedelta:
+    if not isinstance(value, str) or not value or not (match := _DURATION.fullmatch(value)):
+        raise ValueError("must be a duration in days, hours and minutes, such as 8h, 7d or 1h30m")
+    days, hours, minutes = (int(g or 0) for g in match.groups())
+    duration = timedelta(days=days, hours=hours, minutes=minutes)
+    if not duration:
+        raise ValueError("must be longer than zero")
+    return duration
+
+
+Duration = Annotated[timedelta, BeforeValidator(_duration)]

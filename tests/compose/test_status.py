@@ -2,8 +2,17 @@ from typing import Any
 
 import pytest
 
-from function.compose.status import workspace_status
-from tests.support import PLATFORM, workspace
+from function.compose.status import Condition
+from function.render import render
+from tests.support import NOW, PLATFORM, workspace
+
+
+def workspace_status(
+    ws: Any, _: str, __: Any, observed: dict[str, Any]
+) -> tuple[dict[str, Any], tuple[Condition, ...], bool]:
+    out = render(ws, PLATFORM, observed, NOW)
+    return out.status, out.conditions, out.composite_ready
+
 
 PRESET = PLATFORM.presets["standard"]
 
@@ -112,7 +121,7 @@ def test_phase_follows_observed_state(
         workspace({"power": power}), "standard", PRESET, observed
     )
     assert status["phase"] == phase
-    assert [(c.type, c.status, c.reason) for c in conditions] == [
+    assert [(c.type, c.status, c.reason) for c in conditions[:2]] == [
         ("Provisioned", *provisioned),
         ("Suspended", *suspended),
     ]
@@ -145,6 +154,8 @@ def test_status_reports_snapshots_in_name_order_with_what_was_observed() -> None
             "name": "before-refactor",
             "volumeSnapshot": "alice-api-before-refactor",
             "readyToUse": False,
+            "state": "Waiting",
+            "message": "waiting for the workspace disk to be created",
         },
         {
             "name": "nightly",
@@ -152,6 +163,8 @@ def test_status_reports_snapshots_in_name_order_with_what_was_observed() -> None
             "readyToUse": True,
             "restoreSize": "20Gi",
             "creationTime": "2026-11-28T01:00:00Z",
+            "consistency": "Crash",
+            "state": "Ready",
         },
     ]
 

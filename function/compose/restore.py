@@ -1,0 +1,80 @@
+"""Fork and restore: the workspace disk made from a VolumeSnapshot, once it can be.
+
+`spec.restoreFrom` is read at creation only. The function asks Crossplane for the snapshot as a
+required resource and composes no disk (and no VM) until it exists and is ready to use, so a
+restore never starts from a half-taken snapshot. Once the disk exists, the snapshot no longer
+matters (it may even be deleted), and the disk's source can't be changed.
+"""
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from function.compose import workspace_volume
+from function.compose.observed import dig
+from function.errors import FieldError
+from function.model import Manifest, Observed
+from function.model.quantity import parse_bytes
+from function.model.spec import WorkspaceSandbox
+
+REQUIREMENT = "restore-snapshot"
+
+
+@dataclass(frozen=True)
+class Restore:
+    requirements: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Required resources to ask Crossplane for: name -> apiVersion, kind, name, namespace."""
+    waiting: str | None = None
+    """Why the disk can't be composed yet."""
+    min_disk: Decimal | None = None
+    """The snapshot's restore size: the disk made from it can't be smaller."""
+
+
+def _fixed_at_creation(ws: WorkspaceSandbox, disk: Manifest) -> None:
+    source, ref = dig(disk, "spec", "source"), dig(disk, "spec", "sourceRef")
+    if not isinstance(source, dict) and not isinstance(ref, dict):
+        return  # not a DataVolume we can read; nothing to compare
+    was = dig(source, "snapshot", "name")
+    want = ws.spec.restore_from.snapshot if ws.spec.restore_from else None
+    if want == was:
+        return
+    if want is None:
+        message = f"can't be removed: the workspace disk was restored from {was!r}"
+        raise FieldError("spec.restoreFrom", message)
+    made = f"restored from {was!r}" if was else "made from the image"
+    raise FieldError(
+        "spec.restoreFrom.snapshot",
+        f"is fixed when the sandbox is created; the workspace disk was {made}",
+    )
+
+
+def restore(
+    ws: WorkspaceSandbox, observed: Observed, required: dict[str, list[Manifest]]
+) -> Restore:
+    disk = observed.get(workspace_volume.KEY)
+    if disk is not None:
+        _fixed_at_creation(ws, disk)
+        return Restore()
+    if ws.spec.restore_from is None:
+        return Restore()
+    name, namespace = ws.spec.restore_from.snapshot, ws.metadata.namespace
+    ask = {
+        REQUIREMENT: {
+            "apiVersion": "snapshot.storage.k8s.io/v1",
+            "kind": "VolumeSnapshot",
+            "name": name,
+            "namespace": namespace,
+        }
+    }
+    found: list[Any] = required.get(REQUIREMENT) or []
+    if not found:
+        return Restore(ask, f"waiting for VolumeSnapshot {name!r} in {namespace!r} to exist")
+    snapshot = found[0]
+    if dig(snapshot, "status", "readyToUse") is not True:
+        return Restore(ask, f"waiting for VolumeSnapshot {name!r} to be ready to use")
+    size = dig(snapshot, "status", "restoreSize")
+    try:
+        min_disk = parse_bytes(size) if isinstance(size, str) else None
+    except ValueError:
+        min_disk = None
+    return Restore(ask, None, min_disk)
