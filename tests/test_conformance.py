@@ -95,3 +95,21 @@ def test_every_policy_variant_is_schema_valid(
     out = render(workspace(spec), platform(presets=presets, network=network), {}, NOW)
     for name, manifest in out.resources.items():
         assert validate(as_applied(manifest)) == [], name
+
+
+def test_snapshots_and_a_restored_disk_are_schema_valid() -> None:
+    observed = {"workspace-volume": {"status": {"phase": "Succeeded"}}}
+    spec = {"snapshots": [{"name": "nightly"}, {"name": "before-refactor"}]}
+    out = render(workspace(spec), PLATFORM, observed, NOW)
+    snapshots = [m for k, m in out.resources.items() if k.startswith("snapshot-")]
+    assert len(snapshots) == 2
+    ready = {"status": {"readyToUse": True, "restoreSize": "20Gi"}}
+    restored = render(
+        workspace({"restoreFrom": {"snapshot": "alice-api-nightly"}}, "fork"),
+        PLATFORM,
+        {},
+        NOW,
+        {"restore-snapshot": [ready]},
+    )
+    for manifest in [*snapshots, restored.resources["workspace-volume"], restored.resources["vm"]]:
+        assert validate(as_applied(manifest)) == [], manifest["kind"]

@@ -1,0 +1,172 @@
+"""Random lives of one sandbox: spec edits with simulated cluster feedback never lose data."""
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from function.errors import FieldError
+from function.model.quantity import parse_bytes
+from function.render import Rendered, render
+from tests.support import NOW, platform, platform_input, workspace
+
+STANDARD = platform_input()["presets"]["standard"]
+PLATFORM = platform(
+    presets={
+        "standard": STANDARD,
+        "large": {
+            **STANDARD,
+            "resources": {
+                **STANDARD["resources"],
+                "max": {"cpu": "16", "memory": "64Gi", "disk": "500Gi"},
+            },
+        },
+    },
+    images={
+        **platform_input()["images"],
+        "debian-13": {
+            "kubevirt": {"pvc": {"namespace": "cozy-public", "name": "vm-default-images-debian-13"}}
+        },
+    },
+)
+snapshot_names = st.sampled_from(["a", "b", "c", "nightly"])
+
+
+def _simulate(desired: dict[str, Any]) -> dict[str, Any]:
+    """What the cluster would report after applying `desired`: objects exist and settle."""
+    out = {}
+    for key, manifest in desired.items():
+        obj = json.loads(json.dumps(manifest))
+        if manifest["kind"] == "DataVolume":
+            obj["status"] = {"phase": "Succeeded"}
+        if manifest["kind"] == "VirtualMachine":
+            halted = manifest["spec"]["runStrategy"] == "Halted"
+            obj["status"] = (
+                {"printableStatus": "Stopped"}
+                if halted
+                else {"printableStatus": "Running", "ready": True}
+            )
+        if manifest["kind"] == "VolumeSnapshot":
+            obj["status"] = {"readyToUse": True, "restoreSize": "20Gi"}
+        out[key] = obj
+    return out
+
+
+class SandboxLife(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.spec: dict[str, Any] = {"image": "ubuntu-24.04"}
+        self.observed: dict[str, Any] = {}
+        self.now = NOW
+        self.first_source: Any = None
+        self.largest_disk = 0
+        self.last: Rendered | None = None
+        self.refused = False
+        self.disk_was_ready = False
+        self.taken_before: set[str] = set()
+
+    def _reconcile(self) -> None:
+        try:
+            out = render(workspace(self.spec), PLATFORM, self.observed, self.now)
+        except FieldError:
+            self.refused = True  # a FATAL result applies and deletes nothing
+            return
+        self.refused = False
+        self.disk_was_ready = "workspace-volume" in self.observed
+        self.taken_before = {k for k in self.observed if k.startswith("snapshot-")}
+        self.last = out
+        self.observed = _simulate(out.resources)
+
+    @rule(power=st.sampled_from(["Running", "Suspended"]))
+    def set_power(self, power: str) -> None:
+        self.spec["power"] = power
+        self._reconcile()
+
+    @rule(name=snapshot_names)
+    def add_snapshot(self, name: str) -> None:
+        entries = [s for s in self.spec.get("snapshots", []) if s["name"] != name]
+        self.spec["snapshots"] = [*entries, {"name": name}]
+        self._reconcile()
+
+    @rule(name=snapshot_names)
+    def remove_snapshot(self, name: str) -> None:
+        self.spec["snapshots"] = [s for s in self.spec.get("snapshots", []) if s["name"] != name]
+        self._reconcile()
+
+    @rule(disk=st.sampled_from([None, "10Gi", "20Gi", "30Gi", "50Gi", "200Gi"]))
+    def set_disk(self, disk: str | None) -> None:
+        resources = {k: v for k, v in self.spec.get("resources", {}).items() if k != "disk"}
+        self.spec["resources"] = resources | ({"disk": disk} if disk else {})
+        self._reconcile()
+
+    @rule(
+        cpu=st.sampled_from([None, "1", "4", "500m"]), memory=st.sampled_from([None, "2Gi", "8Gi"])
+    )
+    def set_size(self, cpu: str | None, memory: str | None) -> None:
+        disk = self.spec.get("resources", {}).get("disk")
+        given = {"cpu": cpu, "memory": memory, "disk": disk}
+        self.spec["resources"] = {k: v for k, v in given.items() if v}
+        self._reconcile()
+
+    @rule(image=st.sampled_from(["ubuntu-24.04", "debian-13"]))
+    def set_image(self, image: str) -> None:
+        self.spec["image"] = image
+        self._reconcile()
+
+    @rule(preset=st.sampled_from([None, "standard", "large"]))
+    def set_preset(self, preset: str | None) -> None:
+        self.spec.pop("preset", None)
+        if preset:
+            self.spec["preset"] = preset
+        self._reconcile()
+
+    @rule(minutes=st.integers(-120, 600))
+    def set_deadline(self, minutes: int) -> None:
+        deadline = self.now + timedelta(minutes=minutes)
+        self.spec["lifetime"] = {"suspendAt": deadline.strftime("%Y-%m-%dT%H:%M:%SZ")}
+        self._reconcile()
+
+    @rule(minutes=st.integers(1, 240))
+    def time_passes(self, minutes: int) -> None:
+        self.now += timedelta(minutes=minutes)
+        self._reconcile()
+
+    @precondition(lambda self: self.last is not None and not self.refused)
+    @invariant()
+    def the_disk_is_always_there_with_its_first_source_and_never_smaller(self) -> None:
+        assert self.last is not None
+        disk = self.last.resources["workspace-volume"]
+        if self.first_source is None:
+            self.first_source = disk["spec"]["source"]
+        assert disk["spec"]["source"] == self.first_source
+        size = int(parse_bytes(disk["spec"]["storage"]["resources"]["requests"]["storage"]))
+        assert size >= self.largest_disk
+        self.largest_disk = size
+        assert disk["metadata"]["name"] == "alice-api-workspace"
+
+    @precondition(lambda self: self.last is not None and not self.refused)
+    @invariant()
+    def every_listed_snapshot_that_was_taken_stays_composed(self) -> None:
+        assert self.last is not None
+        listed = {f"snapshot-{s['name']}" for s in self.spec.get("snapshots", [])}
+        taken = self.taken_before
+        # Once the disk exists every listed snapshot is taken, and a taken one is never dropped.
+        if self.disk_was_ready:
+            assert listed <= set(self.last.resources)
+        assert listed & taken <= set(self.last.resources)
+
+    @precondition(lambda self: self.refused)
+    @invariant()
+    def a_refusal_is_only_ever_a_shrink(self) -> None:
+        try:
+            render(workspace(self.spec), PLATFORM, self.observed, self.now)
+        except FieldError as err:
+            assert err.path == "spec.resources.disk"
+            assert "disks never shrink" in err.message
+
+
+SandboxLife.TestCase.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
+test_random_lives_never_lose_data = SandboxLife.TestCase
