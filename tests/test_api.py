@@ -23,6 +23,7 @@ from pydantic.fields import FieldInfo
 
 from function.errors import FieldError
 from function.model import parse
+from function.model.quantity import parse_quantity
 from function.model.names import DnsSubdomain, LabelKey, LabelValue, PortName, SnapshotName
 from function.model.platform import Image, Placement, Runtime, SandboxPlatform
 from function.model.spec import (
@@ -317,6 +318,9 @@ def test_defaults_match(f: FieldNode) -> None:
     elif isinstance(default, BaseModel):
         # A nested model default is an empty object: its own fields default themselves.
         assert node.get("default", {}) == {}
+    elif isinstance(default, Decimal):
+        # Quantities: the schema writes them for people ("1Gi"), the model holds the value.
+        assert parse_quantity(node.get("default")) == default
     else:
         assert node.get("default") == TypeAdapter(f.info.annotation).dump_python(
             default, mode="json"

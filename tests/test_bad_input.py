@@ -26,7 +26,7 @@ async def run(composite: dict[str, Any], step_input: dict[str, Any] | None = Non
 SPEC_CASES = [
     pytest.param(
         {"preset": "xl"},
-        "spec.preset: 'xl' is not offered; use one of: standard",
+        "spec.preset: 'xl' is not offered; use one of: gvisor, kata, standard",
         id="unknown-preset",
     ),
     pytest.param(
@@ -594,11 +594,39 @@ async def test_overlapping_allowlist_cidrs_are_refused() -> None:
 
 
 async def test_preset_the_version_cannot_render_is_refused() -> None:
-    presets = {"standard": {**platform_input()["presets"]["standard"], "runtime": "kata"}}
+    standard = platform_input()["presets"]["standard"]
+    presets = {"standard": {**standard, "placement": "SharedComputePlane"}}
     rsp = await run(xr(), _input(presets=presets))
     assert [r.message for r in rsp.results] == [
-        (
-            "spec.preset: preset 'standard' needs runtime 'kata' with placement 'Namespace', "
-            "which this function version does not render yet"
-        )
+        "spec.preset: preset 'standard' needs placement 'SharedComputePlane', which this "
+        "function version does not render yet"
+    ]
+
+
+async def test_a_pod_preset_needs_an_oci_image() -> None:
+    images = {"ubuntu-24.04": {"kubevirt": platform_input()["images"]["ubuntu-24.04"]["kubevirt"]}}
+    rsp = await run(xr({"preset": "kata"}), _input(images=images))
+    assert [r.message for r in rsp.results] == [
+        "spec.image: 'ubuntu-24.04' has no OCI image for pod sandboxes"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("preset", "observed_key", "was"),
+    [
+        pytest.param("kata", "workspace-volume", "kubevirt", id="vm-to-pod"),
+        pytest.param("standard", "sandbox", "a pod runtime", id="pod-to-vm"),
+    ],
+)
+async def test_switching_runtime_would_strand_the_workspace(
+    preset: str, observed_key: str, was: str
+) -> None:
+    req = request(xr({"preset": preset}))
+    req.observed.resources[observed_key].resource.update({"kind": "Whatever"})
+    rsp = await FunctionRunner(clock=lambda: NOW).RunFunction(req, None)
+    runtime = "kata" if preset == "kata" else "kubevirt"
+    assert [r.message for r in rsp.results] == [
+        f"spec.preset: preset {preset!r} runs {runtime}, but this sandbox's workspace lives on "
+        f"{was}; switching would leave it behind. Snapshot it and restore the snapshot into a "
+        "new sandbox instead"
     ]

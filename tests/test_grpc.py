@@ -82,6 +82,9 @@ def test_bad_input_over_grpc_is_a_fatal_result_not_an_error(address: str) -> Non
         bad = stub.RunFunction(request(xr({"preset": "xl"})), timeout=10)
         good = stub.RunFunction(request(xr()), timeout=10)
     assert [(r.severity, r.message) for r in bad.results] == [
-        (fnv1.SEVERITY_FATAL, "spec.preset: 'xl' is not offered; use one of: standard")
+        (
+            fnv1.SEVERITY_FATAL,
+            "spec.preset: 'xl' is not offered; use one of: gvisor, kata, standard",
+        )
     ]
     assert not good.results

@@ -53,3 +53,18 @@ def workspace_volume_name(ws: WorkspaceSandbox) -> str:
 
 def snapshot_name(ws: WorkspaceSandbox, snapshot: str) -> str:
     return dns_label(ws.metadata.name, snapshot)
+
+
+# The agent-sandbox controller names a claim template's PVC `<template>-<sandbox>`.
+CLAIM_TEMPLATE = "workspace"
+
+
+def claim_name(ws: WorkspaceSandbox, runtime: str) -> str:
+    """The workspace PVC: the DataVolume's for VMs, the Sandbox's claim for pod runtimes."""
+    if runtime == "kubevirt":
+        return workspace_volume_name(ws)
+    return f"{CLAIM_TEMPLATE}-{sandbox_name(ws)}"
+
+
+def service_account_name(ws: WorkspaceSandbox) -> str:
+    return dns_label(ws.metadata.name, "sandbox")

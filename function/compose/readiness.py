@@ -20,6 +20,17 @@ def _vm(desired: Manifest, observed: Manifest) -> bool:
     return bool(dig(observed, "status", "ready") is True or _condition_true(desired, observed))
 
 
+def _sandbox(desired: Manifest, observed: Manifest) -> bool:
+    if dig(desired, "spec", "operatingMode") == "Suspended":
+        return _has(observed, "Suspended")
+    return _has(observed, "Ready")
+
+
+def _has(observed: Manifest, kind: str) -> bool:
+    found = condition(observed, kind)
+    return found is not None and found.get("status") == "True"
+
+
 def _data_volume(_: Manifest, observed: Manifest) -> bool:
     return dig(observed, "status", "phase") in DISK_READY_PHASES
 
@@ -33,13 +44,13 @@ def _exists(_: Manifest, __: Manifest) -> bool:
 
 
 def _condition_true(_: Manifest, observed: Manifest) -> bool:
-    ready = condition(observed, "Ready")
-    return ready is not None and ready.get("status") == "True"
+    return _has(observed, "Ready")
 
 
 CHECKS: dict[tuple[str, str], Callable[[Manifest, Manifest], bool]] = {
     ("kubevirt.io/v1", "VirtualMachine"): _vm,
     ("cdi.kubevirt.io/v1beta1", "DataVolume"): _data_volume,
+    ("agents.x-k8s.io/v1beta1", "Sandbox"): _sandbox,
     ("snapshot.storage.k8s.io/v1", "VolumeSnapshot"): _volume_snapshot,
     ("v1", "Service"): _exists,
     ("v1", "ServiceAccount"): _exists,

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from function.compose import workspace_volume
+from function.compose import sandbox, workspace_volume
 from function.compose.observed import dig
 from function.errors import FieldError
 from function.model import Manifest, Observed
@@ -30,11 +30,23 @@ class Restore:
     """The snapshot's restore size: the disk made from it can't be smaller."""
 
 
-def _fixed_at_creation(ws: WorkspaceSandbox, disk: Manifest) -> None:
-    source, ref = dig(disk, "spec", "source"), dig(disk, "spec", "sourceRef")
-    if not isinstance(source, dict) and not isinstance(ref, dict):
-        return  # not a DataVolume we can read; nothing to compare
-    was = dig(source, "snapshot", "name")
+def _restored_from(observed: Observed) -> tuple[bool, bool, str | None]:
+    """Whether a workspace disk exists, whether its source can be read, and its snapshot."""
+    disk = observed.get(workspace_volume.KEY)
+    if disk is not None:
+        source, ref = dig(disk, "spec", "source"), dig(disk, "spec", "sourceRef")
+        readable = isinstance(source, dict) or isinstance(ref, dict)
+        return True, readable, dig(source, "snapshot", "name")
+    pod = observed.get(sandbox.KEY)
+    claims = dig(pod, "spec", "volumeClaimTemplates")
+    if pod is not None:
+        readable = isinstance(claims, list) and bool(claims)
+        first = claims[0] if readable else None
+        return True, readable, dig(first, "spec", "dataSource", "name")
+    return False, False, None
+
+
+def _fixed_at_creation(ws: WorkspaceSandbox, was: str | None) -> None:
     want = ws.spec.restore_from.snapshot if ws.spec.restore_from else None
     if want == was:
         return
@@ -51,9 +63,10 @@ def _fixed_at_creation(ws: WorkspaceSandbox, disk: Manifest) -> None:
 def restore(
     ws: WorkspaceSandbox, observed: Observed, required: dict[str, list[Manifest]]
 ) -> Restore:
-    disk = observed.get(workspace_volume.KEY)
-    if disk is not None:
-        _fixed_at_creation(ws, disk)
+    exists, readable, was = _restored_from(observed)
+    if exists:
+        if readable:
+            _fixed_at_creation(ws, was)
         return Restore()
     if ws.spec.restore_from is None:
         return Restore()

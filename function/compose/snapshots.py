@@ -1,15 +1,16 @@
 """A CSI VolumeSnapshot of the workspace disk for each `spec.snapshots` entry.
 
 KubeVirt's Snapshot feature gate is off on Cozystack, so these are plain CSI snapshots of the
-workspace PVC (a DataVolume's PVC has the DataVolume's name). A snapshot is only taken of a
+workspace PVC (a DataVolume's PVC has the DataVolume's name; a Sandbox's claim is named
+`workspace-<sandbox>`). A snapshot is only taken of a
 disk that is done being created, and, where the preset asks for clean snapshots only, of a
 sandbox observed suspended. Whether the sandbox was running when a snapshot was taken is
 recorded on the snapshot itself, since nothing observed later can tell.
 """
 
-from function.compose import virtual_machine, workspace_volume
-from function.compose.names import labels, snapshot_name, workspace_volume_name
-from function.compose.observed import dig, settled
+from function.compose import sandbox, virtual_machine, workspace_volume
+from function.compose.names import claim_name, labels, snapshot_name
+from function.compose.observed import condition, dig, settled
 from function.compose.readiness import DISK_READY_PHASES
 from function.model import Manifest, Observed
 from function.model.platform import Preset
@@ -23,20 +24,37 @@ def key(name: str) -> str:
     return PREFIX + name
 
 
-def stopped(ws: WorkspaceSandbox, observed: Observed) -> bool:
+def _true(obj: object, kind: str) -> bool:
+    found = condition(obj if isinstance(obj, dict) else None, kind)
+    return found is not None and found.get("status") == "True"
+
+
+def stopped(ws: WorkspaceSandbox, preset: Preset, observed: Observed) -> bool:
     """Suspended, and observed stopped: nothing writes to the disk."""
-    vm = observed.get(virtual_machine.KEY)
-    return ws.spec.power == "Suspended" and dig(vm, "status", "printableStatus") == "Stopped"
+    if ws.spec.power != "Suspended":
+        return False
+    if preset.runtime == "kubevirt":
+        vm = observed.get(virtual_machine.KEY)
+        return bool(dig(vm, "status", "printableStatus") == "Stopped")
+    return _true(observed.get(sandbox.KEY), "Suspended")
+
+
+def disk_ready(preset: Preset, observed: Observed) -> bool:
+    if preset.runtime == "kubevirt":
+        phase = dig(observed.get(workspace_volume.KEY), "status", "phase")
+        return phase in DISK_READY_PHASES
+    # The controller creates the claim with the pod; it holds data once the pod has run.
+    pod = observed.get(sandbox.KEY)
+    return _true(pod, "Ready") or _true(pod, "Suspended")
 
 
 def waiting(
     ws: WorkspaceSandbox, preset_name: str, preset: Preset, observed: Observed
 ) -> str | None:
     """Why a new snapshot can't be taken now, or None."""
-    phase = dig(observed.get(workspace_volume.KEY), "status", "phase")
-    if phase not in DISK_READY_PHASES:
+    if not disk_ready(preset, observed):
         return "waiting for the workspace disk to be created"
-    if preset.clean_snapshots_only and not stopped(ws, observed):
+    if preset.clean_snapshots_only and not stopped(ws, preset, observed):
         return f"preset {preset_name!r} takes clean snapshots only: suspend the sandbox to take it"
     return None
 
@@ -52,7 +70,7 @@ def volume_snapshots(
             continue
         recorded = dig(seen, "metadata", "annotations", CONSISTENCY)
         if recorded not in ("Clean", "Crash"):
-            recorded = "Clean" if seen is None and stopped(ws, observed) else "Crash"
+            recorded = "Clean" if seen is None and stopped(ws, preset, observed) else "Crash"
         manifest: Manifest = {
             "apiVersion": "snapshot.storage.k8s.io/v1",
             "kind": "VolumeSnapshot",
@@ -63,7 +81,7 @@ def volume_snapshots(
             },
             "spec": {
                 "volumeSnapshotClassName": preset.volume_snapshot_class,
-                "source": {"persistentVolumeClaimName": workspace_volume_name(ws)},
+                "source": {"persistentVolumeClaimName": claim_name(ws, preset.runtime)},
             },
         }
         out[key(s.name)] = settled(manifest, key(s.name), observed)

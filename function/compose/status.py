@@ -9,8 +9,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC
 from typing import Any, Literal
 
-from function.compose import snapshots, virtual_machine, workspace_volume
-from function.compose.names import sandbox_name, snapshot_name, workspace_volume_name
+from function.compose import sandbox, snapshots, virtual_machine, workspace_volume
+from function.compose.names import claim_name, sandbox_name, snapshot_name
 from function.compose.observed import condition, dig
 from function.compose.readiness import DISK_READY_PHASES
 from function.model import Manifest, Observed
@@ -29,6 +29,10 @@ VM_FAILURES = frozenset(
         "DataVolumeError",
     }
 )
+
+
+# Ready reasons of an agent-sandbox Sandbox that need a human, not patience.
+POD_FAILURES = frozenset({"PodFailed", "PodSucceeded", "ReconcilerError", "MultiplePods"})
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,33 @@ def _progress(ws: WorkspaceSandbox, observed: Observed) -> Progress:  # noqa: PL
     return Progress("Provisioning", _pending("Provisioned", "StartingVM", waiting_msg), running)
 
 
+def _pod_progress(ws: WorkspaceSandbox, observed: Observed) -> Progress:  # a phase each
+    pod = observed.get(sandbox.KEY)
+    running = _pending("Suspended", "PowerRunning", "spec.power is Running")
+    if pod is None:
+        waiting = _pending("Provisioned", "Creating", "waiting for the Sandbox to be created")
+        not_yet = _pending("Suspended", "Creating", "not created yet")
+        return Progress("Pending", waiting, not_yet if ws.spec.power == "Suspended" else running)
+    ready, held = condition(pod, "Ready") or {}, condition(pod, "Suspended") or {}
+    if ready.get("reason") in POD_FAILURES:
+        why = f"Sandbox is {ready['reason']}: {ready.get('message') or 'see its events'}"
+        return Progress("Failed", _pending("Provisioned", "SandboxFailed", why), running)
+    if ws.spec.power == "Suspended":
+        kept = _done("Provisioned", "Provisioned", "the workspace claim is kept")
+        if held.get("status") == "True":
+            stopped = _done("Suspended", "Suspended", "the pod is gone; the workspace is kept")
+            return Progress("Suspended", kept, stopped)
+        why = f"waiting for the pod to terminate ({held.get('reason') or 'not reported yet'})"
+        return Progress("Suspending", kept, _pending("Suspended", "Suspending", why))
+    if ready.get("status") == "True":
+        up = _done("Provisioned", "Provisioned", "the pod is running and ready")
+        return Progress("Running", up, running)
+    why = ready.get("message") or ready.get("reason") or "not reported yet"
+    return Progress(
+        "Provisioning", _pending("Provisioned", "StartingPod", f"waiting: {why}"), running
+    )
+
+
 def _snapshot(
     ws: WorkspaceSandbox, name: str, desired: dict[str, Manifest], observed: Observed, why: str
 ) -> dict[str, Any]:
@@ -168,7 +199,9 @@ def workspace_status(
     restoring: str | None,
 ) -> tuple[dict[str, Any], tuple[Condition, ...], bool]:
     """The XR's whole status, its conditions, and whether the sandbox is usable now."""
-    progress = _progress(ws, observed)
+    progress = (
+        _progress(ws, observed) if preset.runtime == "kubevirt" else _pod_progress(ws, observed)
+    )
     if restoring is not None:
         waiting = _pending("Provisioned", "WaitingForRestoreSnapshot", restoring)
         progress = replace(progress, phase="Pending", provisioned=waiting)
@@ -190,8 +223,8 @@ def workspace_status(
     }
     if "service" in observed:
         status["endpoint"] = f"{sandbox_name(ws)}.{ws.metadata.namespace}.svc"
-    if workspace_volume.KEY in observed:
-        status["workspaceVolume"] = workspace_volume_name(ws)
+    if workspace_volume.KEY in observed or sandbox.KEY in observed:
+        status["workspaceVolume"] = claim_name(ws, preset.runtime)
     if shown:
         status["suspendAt"] = shown
     conditions = (progress.provisioned, progress.suspended, _snapshots_condition(entries))

@@ -62,7 +62,7 @@ def _dns(preset: Preset, platform: SandboxPlatform) -> dict[str, Any]:
     }
 
 
-def _scheduling(preset: Preset) -> dict[str, Any]:
+def scheduling(preset: Preset) -> dict[str, Any]:
     s = preset.scheduling
     out: dict[str, Any] = {}
     if s.node_selector:
@@ -98,7 +98,7 @@ def virtual_machine(
             "evictionStrategy": kv.eviction_strategy,
             "terminationGracePeriodSeconds": kv.termination_grace_period_seconds,
             **_dns(preset, platform),
-            **_scheduling(preset),
+            **scheduling(preset),
         },
     }
     return {

@@ -6,6 +6,7 @@ whose path starts with `input.`, pointing the platform engineer at the field to 
 """
 
 import re
+from decimal import Decimal
 from ipaddress import IPv4Address, ip_network
 from typing import Annotated, Literal
 
@@ -97,6 +98,29 @@ class Scheduling(Model):
     priority_class_name: DnsSubdomain | None = None
 
 
+class Overhead(Model):
+    cpu: Cpu
+    memory: Bytes
+
+
+class PodOptions(Model):
+    """The sandbox pod, for the kata and gvisor runtimes."""
+
+    # A fixed, unprivileged identity: the workspace's files belong to it across restarts.
+    uid: Annotated[Int, Field(ge=1, le=2**31 - 1)] = 1000
+    gid: Annotated[Int, Field(ge=1, le=2**31 - 1)] = 1000
+    # The root filesystem is read-only; /tmp is a size-limited scratch space.
+    tmp_size: Bytes = Decimal(2**30)
+    ephemeral_storage: Bytes = Decimal(2 * 2**30)
+    # What the runtime itself costs beyond the containers, when its RuntimeClass doesn't
+    # declare it as overhead (Kata: about 250m and 130 to 320 MiB). It is added to the
+    # container's requests and limits, so the sandbox still gets the size it asked for.
+    overhead: Overhead | None = None
+
+
+DEFAULT_RUNTIME_CLASS = {"kata": "kata-clh", "gvisor": "gvisor"}
+
+
 class Preset(Model):
     description: str = ""
     runtime: Runtime = "kubevirt"
@@ -114,7 +138,12 @@ class Preset(Model):
     # How far ahead of now spec.lifetime.suspendAt may be; none means no limit.
     max_lifetime: Duration | None = None
     kubevirt: KubeVirtOptions = KubeVirtOptions()
+    pod: PodOptions = PodOptions()
     scheduling: Scheduling = Scheduling()
+
+    @property
+    def runtime_class(self) -> str | None:
+        return self.runtime_class_name or DEFAULT_RUNTIME_CLASS.get(self.runtime)
 
 
 class KubeVirtImage(Model):
