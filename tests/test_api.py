@@ -23,9 +23,9 @@ from pydantic.fields import FieldInfo
 
 from function.errors import FieldError
 from function.model import parse
-from function.model.quantity import parse_quantity
 from function.model.names import DnsSubdomain, LabelKey, LabelValue, PortName, SnapshotName
 from function.model.platform import Image, Placement, Runtime, SandboxPlatform
+from function.model.quantity import parse_quantity
 from function.model.spec import (
     MAX_ALLOW_RULES,
     MAX_PORTS,

@@ -598,8 +598,10 @@ async def test_preset_the_version_cannot_render_is_refused() -> None:
     presets = {"standard": {**standard, "placement": "SharedComputePlane"}}
     rsp = await run(xr(), _input(presets=presets))
     assert [r.message for r in rsp.results] == [
-        "spec.preset: preset 'standard' needs placement 'SharedComputePlane', which this "
-        "function version does not render yet"
+        (
+            "spec.preset: preset 'standard' needs placement 'SharedComputePlane', which this "
+            "function version does not render yet"
+        )
     ]
 
 
@@ -626,7 +628,9 @@ async def test_switching_runtime_would_strand_the_workspace(
     rsp = await FunctionRunner(clock=lambda: NOW).RunFunction(req, None)
     runtime = "kata" if preset == "kata" else "kubevirt"
     assert [r.message for r in rsp.results] == [
-        f"spec.preset: preset {preset!r} runs {runtime}, but this sandbox's workspace lives on "
-        f"{was}; switching would leave it behind. Snapshot it and restore the snapshot into a "
-        "new sandbox instead"
+        (
+            f"spec.preset: preset {preset!r} runs {runtime}, but this sandbox's workspace lives on "
+            f"{was}; switching would leave it behind. Snapshot it and restore the snapshot into a "
+            "new sandbox instead"
+        )
     ]
