@@ -477,3 +477,9 @@ def test_every_weakening_fails_the_truth_table(weaken: Callable[[Policies], None
 
 def test_the_denies_hold_against_a_tenant_allow_of_everything() -> None:
     assert wrong_rows([*world(baseline=True), ALLOW_ALL]) == []
+
+
+@pytest.mark.parametrize("preset", ["kata", "gvisor"])
+@pytest.mark.parametrize("baseline", [True, False], ids=["cozystack-baseline", "bare-cluster"])
+def test_kata_and_gvisor_sandboxes_pass_the_same_truth_table(preset: str, baseline: bool) -> None:
+    assert wrong_rows(world({"preset": preset}, baseline=baseline)) == []

@@ -1,0 +1,253 @@
+"""Kata and gVisor sandboxes: the agent-sandbox Sandbox, its ServiceAccount, status and checks."""
+
+from typing import Any
+
+import pytest
+
+from function.render import Rendered, render
+from tests.pod_security import all_violations
+from tests.schemas import validate
+from tests.support import NAMESPACE, NOW, PLATFORM, platform, platform_input, workspace
+
+PRESETS = ["kata", "gvisor"]
+
+
+def run(
+    spec: dict[str, Any], observed: dict[str, Any] | None = None, p: Any = PLATFORM, **kw: Any
+) -> Rendered:
+    return render(workspace(spec), p, observed or {}, NOW, kw.get("required"))
+
+
+def pod_spec(out: Rendered) -> dict[str, Any]:
+    spec: dict[str, Any] = out.resources["sandbox"]["spec"]["podTemplate"]["spec"]
+    return spec
+
+
+def ready(status: str, reason: str = "", **extra: Any) -> dict[str, Any]:
+    return {
+        "status": {"conditions": [{"type": "Ready", "status": status, "reason": reason, **extra}]}
+    }
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_a_pod_preset_renders_a_sandbox_and_no_vm(preset: str) -> None:
+    out = run({"preset": preset})
+    assert sorted(out.resources) == [
+        "cilium-policy",
+        "network-policy",
+        "sandbox",
+        "service",
+        "service-account",
+    ]
+    for manifest in out.resources.values():
+        applied = {**manifest, "metadata": {**manifest["metadata"], "namespace": NAMESPACE}}
+        assert validate(applied) == [], manifest["kind"]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize(
+    "spec",
+    [
+        pytest.param({}, id="defaults"),
+        pytest.param(
+            {"ports": [{"name": "preview", "port": 3000}], "power": "Suspended"},
+            id="ports-suspended",
+        ),
+        pytest.param({"resources": {"cpu": "500m", "memory": "1Gi", "disk": "30Gi"}}, id="sized"),
+    ],
+)
+def test_every_pod_passes_restricted_and_our_stricter_rules(
+    preset: str, spec: dict[str, Any]
+) -> None:
+    out = run({"preset": preset, **spec})
+    account = out.resources["service-account"]["metadata"]["name"]
+    assert all_violations(pod_spec(out), service_account=account) == []
+
+
+def test_a_cluster_dns_pod_preset_passes_too() -> None:
+    presets = {
+        **platform_input()["presets"],
+        "kata": {**platform_input()["presets"]["kata"], "clusterDns": True},
+    }
+    out = run({"preset": "kata"}, p=platform(presets=presets))
+    assert pod_spec(out)["dnsPolicy"] == "ClusterFirst"
+    account = out.resources["service-account"]["metadata"]["name"]
+    assert all_violations(pod_spec(out), service_account=account, cluster_dns=True) == []
+
+
+def test_the_service_account_is_secrets_free() -> None:
+    account = run({"preset": "kata"}).resources["service-account"]
+    assert account == {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {
+            "name": "alice-api-sandbox",
+            "labels": {
+                "app.kubernetes.io/managed-by": "function-workspace-sandbox",
+                "sandbox.cozystack.io/workspace": "alice-api",
+            },
+        },
+        "automountServiceAccountToken": False,
+    }
+
+
+@pytest.mark.parametrize(
+    ("preset", "runtime_class"),
+    [pytest.param("kata", "kata-clh", id="kata"), pytest.param("gvisor", "gvisor", id="gvisor")],
+)
+def test_the_runtime_class_comes_from_the_preset(preset: str, runtime_class: str) -> None:
+    assert pod_spec(run({"preset": preset}))["runtimeClassName"] == runtime_class
+
+
+def test_kata_defaults_to_cloud_hypervisor_when_the_preset_names_no_class() -> None:
+    kata = {k: v for k, v in platform_input()["presets"]["kata"].items() if k != "runtimeClassName"}
+    out = run({"preset": "kata"}, p=platform(presets={**platform_input()["presets"], "kata": kata}))
+    assert pod_spec(out)["runtimeClassName"] == "kata-clh"
+
+
+def test_the_runtime_overhead_is_added_so_the_sandbox_keeps_its_size() -> None:
+    kata = pod_spec(run({"preset": "kata", "resources": {"cpu": "2", "memory": "4Gi"}}))[
+        "containers"
+    ][0]["resources"]
+    assert kata["limits"] == {"cpu": "2250m", "memory": "4416Mi", "ephemeral-storage": "2Gi"}
+    assert kata["requests"] == kata["limits"]
+    gvisor = pod_spec(run({"preset": "gvisor", "resources": {"cpu": "2", "memory": "4Gi"}}))[
+        "containers"
+    ][0]["resources"]
+    assert gvisor["limits"] == {"cpu": "2", "memory": "4Gi", "ephemeral-storage": "2Gi"}
+
+
+def test_the_workspace_claim_is_mounted_as_the_working_directory() -> None:
+    out = run({"preset": "kata", "resources": {"disk": "30Gi"}})
+    spec = out.resources["sandbox"]["spec"]
+    assert spec["volumeClaimTemplates"] == [
+        {
+            "metadata": {
+                "name": "workspace",
+                "labels": {
+                    "app.kubernetes.io/managed-by": "function-workspace-sandbox",
+                    "sandbox.cozystack.io/workspace": "alice-api",
+                },
+            },
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "replicated",
+                "resources": {"requests": {"storage": "30Gi"}},
+            },
+        }
+    ]
+    container = spec["podTemplate"]["spec"]["containers"][0]
+    assert container["workingDir"] == "/workspace"
+    assert {"name": "workspace", "mountPath": "/workspace"} in container["volumeMounts"]
+    assert spec["podTemplate"]["metadata"]["labels"] == {
+        "sandbox.cozystack.io/workspace": "alice-api"
+    }
+    assert spec["service"] is False
+
+
+@pytest.mark.parametrize(("power", "mode"), [("Running", "Running"), ("Suspended", "Suspended")])
+def test_power_sets_the_operating_mode(power: str, mode: str) -> None:
+    assert (
+        run({"preset": "gvisor", "power": power}).resources["sandbox"]["spec"]["operatingMode"]
+        == mode
+    )
+
+
+def test_snapshots_are_of_the_sandbox_claim() -> None:
+    observed = {"sandbox": ready("True", "DependenciesReady")}
+    out = run({"preset": "kata", "snapshots": [{"name": "nightly"}]}, observed)
+    assert out.resources["snapshot-nightly"]["spec"]["source"] == {
+        "persistentVolumeClaimName": "workspace-alice-api"
+    }
+    assert out.status["workspaceVolume"] == "workspace-alice-api"
+
+
+def test_restore_puts_the_snapshot_on_the_claim_once_it_is_ready() -> None:
+    spec = {"preset": "kata", "restoreFrom": {"snapshot": "bob-frontend-nightly"}}
+    waiting = run(spec)
+    assert "sandbox" not in waiting.resources
+    snapshot = {"status": {"readyToUse": True, "restoreSize": "25Gi"}}
+    out = run(spec, required={"restore-snapshot": [snapshot]})
+    claim = out.resources["sandbox"]["spec"]["volumeClaimTemplates"][0]["spec"]
+    assert claim["dataSource"] == {
+        "apiGroup": "snapshot.storage.k8s.io",
+        "kind": "VolumeSnapshot",
+        "name": "bob-frontend-nightly",
+    }
+    assert claim["resources"]["requests"]["storage"] == "25Gi"
+
+
+def test_an_existing_sandbox_keeps_its_claim_templates() -> None:
+    claims = [
+        {
+            "metadata": {"name": "workspace"},
+            "spec": {"storageClassName": "old", "resources": {"requests": {"storage": "20Gi"}}},
+        }
+    ]
+    out = run(
+        {"preset": "kata", "resources": {"disk": "50Gi"}},
+        {"sandbox": {"spec": {"volumeClaimTemplates": claims}}},
+    )
+    assert out.resources["sandbox"]["spec"]["volumeClaimTemplates"] == claims
+
+
+@pytest.mark.parametrize(
+    ("power", "observed", "phase", "reason", "ready_flag"),
+    [
+        pytest.param("Running", None, "Pending", "Creating", False, id="not-created"),
+        pytest.param(
+            "Running",
+            ready("False", "DependenciesNotReady", message="Pod is Pending"),
+            "Provisioning",
+            "StartingPod",
+            False,
+            id="starting",
+        ),
+        pytest.param(
+            "Running",
+            ready("True", "DependenciesReady"),
+            "Running",
+            "Provisioned",
+            True,
+            id="running",
+        ),
+        pytest.param(
+            "Running",
+            ready("False", "PodFailed", message="exit 1"),
+            "Failed",
+            "SandboxFailed",
+            False,
+            id="failed",
+        ),
+        pytest.param(
+            "Suspended",
+            ready("False", "SandboxSuspended"),
+            "Suspending",
+            "Provisioned",
+            False,
+            id="suspending",
+        ),
+        pytest.param(
+            "Suspended",
+            {
+                "status": {
+                    "conditions": [
+                        {"type": "Suspended", "status": "True", "reason": "PodTerminated"}
+                    ]
+                }
+            },
+            "Suspended",
+            "Provisioned",
+            True,
+            id="suspended",
+        ),
+    ],
+)
+def test_status_and_readiness_follow_the_observed_sandbox(
+    power: str, observed: Any, phase: str, reason: str, ready_flag: bool
+) -> None:
+    out = run({"preset": "kata", "power": power}, {"sandbox": observed} if observed else {})
+    provisioned = next(c for c in out.conditions if c.type == "Provisioned")
+    assert (out.status["phase"], provisioned.reason) == (phase, reason)
+    assert out.ready.get("sandbox") is ready_flag
+    assert out.composite_ready is (phase == "Running")
