@@ -67,8 +67,9 @@ specs = st.fixed_dictionaries(
 
 
 def _address_in(network: Any) -> st.SearchStrategy[str]:
-    first, last = int(network.network_address), int(network.broadcast_address)
-    return st.integers(first, last).map(lambda n: str(ip_address(n)))
+    # Offsets from the network's own address, so ::/96 yields IPv6 addresses, not IPv4 ones.
+    size = int(network.broadcast_address) - int(network.network_address)
+    return st.integers(0, size).map(lambda n: str(network.network_address + n))
 
 
 # One random address inside a random blocked range, v4 or v6, the site list aside.

@@ -11,13 +11,14 @@ CIDR rules never match pods or nodes in Cilium (those have their own identities)
 entities and endpoints are denied separately from addresses.
 """
 
+from itertools import pairwise
 from typing import Any
 
 from function.compose.names import identity_labels, labels, sandbox_name
 from function.compose.service import reserved_ports
 from function.errors import FieldError
 from function.model import Manifest
-from function.model.blocklist import DENY_V4, DENY_V6, Network, blocked, embedding
+from function.model.blocklist import DENY_V4, DENY_V6, Network, blocked, embedding, span
 from function.model.platform import Preset, SandboxPlatform
 from function.model.spec import AllowRule, WorkspaceSandbox
 
@@ -183,8 +184,9 @@ def _egress(
 
 def check_allow(ws: WorkspaceSandbox, platform: SandboxPlatform) -> None:
     """Refuse what the allow-list can't enforce, and CIDRs that touch a blocked range."""
-    allow = ws.spec.network.allow
-    for i, rule in enumerate(allow):
+    site = platform.network.site_deny_cidrs
+    cidrs: list[tuple[tuple[int, int, int], int]] = []
+    for i, rule in enumerate(ws.spec.network.allow):
         if rule.fqdn is not None and platform.network.namespaces_allow_internet:
             raise FieldError(
                 f"spec.network.allow[{i}].fqdn",
@@ -195,19 +197,22 @@ def check_allow(ws: WorkspaceSandbox, platform: SandboxPlatform) -> None:
         if rule.cidr is None:
             continue
         path = f"spec.network.allow[{i}].cidr"
-        # Overlapping entries would make one entry's port denies close the other's ports.
-        for j, other in enumerate(allow[:i]):
-            if other.cidr is not None and other.cidr.version == rule.cidr.version:
-                if rule.cidr.overlaps(other.cidr):
-                    raise FieldError(
-                        path, f"{rule.cidr} overlaps allow[{j}] ({other.cidr}); merge them"
-                    )
         why = embedding(rule.cidr)
         if why is not None:
             raise FieldError(path, f"{rule.cidr} is refused: {why}")
-        hit = blocked(rule.cidr, platform.network.site_deny_cidrs)
+        hit = blocked(rule.cidr, site)
         if hit is not None:
             raise FieldError(path, f"{rule.cidr} overlaps the blocked range {hit[0]} ({hit[1]})")
+        cidrs.append((span(rule.cidr), i))
+    # Overlapping entries would make one entry's port denies close the other's ports. Sorted
+    # by start, any overlap shows between neighbours.
+    cidrs.sort()
+    for ((v1, _, last), i), ((v2, first, _), j) in pairwise(cidrs):
+        if v1 == v2 and first <= last:
+            later, earlier = max(i, j), min(i, j)
+            allow = ws.spec.network.allow
+            overlap = f"overlaps allow[{earlier}] ({allow[earlier].cidr}); merge them"
+            raise FieldError(f"spec.network.allow[{later}].cidr", f"{allow[later].cidr} {overlap}")
 
 
 def _other_ports(ports: tuple[int, ...]) -> list[dict[str, Any]]:

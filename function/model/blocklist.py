@@ -71,10 +71,22 @@ def deny_ranges(site: tuple[Network, ...] = ()) -> tuple[tuple[Network, str], ..
     return (*DENY_V4, *DENY_V6, *((n, "the platform's site deny list") for n in site))
 
 
+def span(network: Network) -> tuple[int, int, int]:
+    """A network as (version, first, last) integers: comparisons without ipaddress objects."""
+    return network.version, int(network.network_address), int(network.broadcast_address)
+
+
+_PINNED: tuple[tuple[tuple[int, int, int], Network, str], ...] = tuple(
+    (span(n), n, reason) for n, reason in deny_ranges()
+)
+
+
 def blocked(network: Network, site: tuple[Network, ...] = ()) -> tuple[Network, str] | None:
     """The first blocked range that shares any address with `network`, and why it's blocked."""
-    for denied, reason in deny_ranges(site):
-        if network.version == denied.version and network.overlaps(denied):
+    version, first, last = span(network)
+    ranges = _PINNED + tuple((span(n), n, "the platform's site deny list") for n in site)
+    for (v, lo, hi), denied, reason in ranges:
+        if v == version and first <= hi and lo <= last:
             return denied, reason
     return None
 
