@@ -168,7 +168,7 @@ def server(*extra: str, timeout: float = 30.0) -> Iterator[Server]:
     address = f"127.0.0.1:{free_port()}"
     exe = Path(sys.executable).parent / "workspace-sandbox"
     started = time.monotonic()
-    process = subprocess.Popen(  # noqa: S603  # our own console script
+    process = subprocess.Popen(  # our own console script
         [str(exe), "serve", "--insecure", "--address", address, *extra],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
