@@ -399,6 +399,56 @@ SPEC_CASES = [
 ]
 
 
+SPEC_CASES += [
+    pytest.param(
+        {"restoreFrom": {"snapshot": "tenant-evil/secret-snapshot"}},
+        "spec.restoreFrom.snapshot: 'tenant-evil/secret-snapshot' names another namespace; only VolumeSnapshots in the sandbox's own namespace can be restored",
+        id="restore-from-another-namespace",
+    ),
+    pytest.param(
+        {"restoreFrom": {}}, "spec.restoreFrom.snapshot: is required", id="restore-from-empty"
+    ),
+    pytest.param(
+        {"network": {"egress": "Allowlist", "allow": [{"cidr": "151.101.0.0/16", "via": "x"}]}},
+        "spec.network.allow[0].via: is not a known field; remove it or check its spelling",
+        id="unknown-nested-field",
+    ),
+    pytest.param(
+        {"ssh": {"keys": []}},
+        "spec.ssh.keys: is not a known field; remove it or check its spelling",
+        id="unknown-ssh-field",
+    ),
+    pytest.param(
+        {"lifetime": {"ttl": "1h"}},
+        "spec.lifetime.ttl: is not a known field; remove it or check its spelling",
+        id="unknown-lifetime-field",
+    ),
+    pytest.param(
+        {"snapshots": [{"name": "a", "class": "fast"}]},
+        "spec.snapshots[0].class: is not a known field; remove it or check its spelling",
+        id="unknown-snapshot-field",
+    ),
+    pytest.param(
+        {"power": True},
+        "spec.power: Input should be 'Running' or 'Suspended'",
+        id="boolean-for-enum",
+    ),
+    pytest.param(
+        {"resources": {"cpu": [2]}},
+        "spec.resources.cpu: must be a quantity such as '2', '500m' or '4Gi'",
+        id="list-for-quantity",
+    ),
+    pytest.param(
+        {"ports": "3000"}, "spec.ports: Input should be a valid tuple", id="string-for-list"
+    ),
+    pytest.param(
+        {"snapshots": [{"name": "a.b"}]},
+        "spec.snapshots[0].name: 'a.b' must be lowercase letters, digits and '-', starting and ending with a letter or digit",
+        id="snapshot-with-dot",
+    ),
+]
+
+
 @pytest.mark.parametrize(("spec", "message"), SPEC_CASES)
 async def test_bad_spec_is_one_fatal_result(spec: dict[str, Any], message: str) -> None:
     rsp = await run(xr(spec))
@@ -536,6 +586,31 @@ def _standard(**changes: Any) -> dict[str, Any]:
             _input(network={"siteDenyCidrs": ["185.12.64.1/24"]}),
             "input.network.siteDenyCidrs[0]: '185.12.64.1/24' is not a network in CIDR notation: 185.12.64.1/24 has host bits set",
             id="site-cidr-host-bits",
+        ),
+        pytest.param(
+            _input(gateway={"namespace": "gw", "podLabels": {"app": "gateway\nx"}}),
+            "input.gateway.podLabels.app: 'gateway\\nx' is not a valid label value",
+            id="label-value-with-newline",
+        ),
+        pytest.param(
+            _input(gateway={"namespace": "gw", "podLabels": {"app": "g" * 64}}),
+            "input.gateway.podLabels.app: String should have at most 63 characters",
+            id="label-value-too-long",
+        ),
+        pytest.param(
+            _input(gateway={"namespace": "Gateway", "podLabels": {"app": "g"}}),
+            "input.gateway.namespace: 'Gateway' must be lowercase letters, digits and '-', starting and ending with a letter or digit",
+            id="namespace-uppercase",
+        ),
+        pytest.param(
+            _input(gateway={"namespace": "gw", "podLabels": {"app": "g"}, "agentPort": "49983"}),
+            "input.gateway.agentPort: must be a whole number",
+            id="port-as-string",
+        ),
+        pytest.param(
+            _input(**_standard(maxLifetime="forever")),
+            "input.presets.standard.maxLifetime: must be a duration in days, hours and minutes, such as 8h, 7d or 1h30m",
+            id="duration-malformed",
         ),
         pytest.param(
             _input(colour="blue"),
