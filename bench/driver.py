@@ -164,15 +164,28 @@ def _wait_ready(address: str, process: subprocess.Popen[bytes], timeout: float) 
 
 
 @contextmanager
-def server(*extra: str, timeout: float = 30.0) -> Iterator[Server]:
+def server(*extra: str, timeout: float = 30.0, echo: Path | None = None) -> Iterator[Server]:
+    """`workspace-sandbox serve`, or with `echo`, the floor function answering that file."""
     address = f"127.0.0.1:{free_port()}"
     exe = Path(sys.executable).parent / "workspace-sandbox"
+    command = [str(exe), "serve", "--insecure", "--address", address, *extra]
+    if echo is not None:
+        command = [
+            sys.executable,
+            "-m",
+            "bench.echo",
+            "--address",
+            address,
+            "--response",
+            str(echo),
+        ]
     started = time.monotonic()
-    process = subprocess.Popen(  # our own console script
-        [str(exe), "serve", "--insecure", "--address", address, *extra],
+    process = subprocess.Popen(
+        command,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        cwd=ROOT,
     )
     srv = Server(address, process, started)
     try:

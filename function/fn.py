@@ -1,7 +1,7 @@
 """The gRPC edge: translates between protobuf and render(); holds no composition logic."""
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +16,7 @@ from function.model import Manifest, parse
 from function.model.platform import SandboxPlatform
 from function.model.spec import WorkspaceSandbox
 from function.render import Rendered, render
+from function.wire import StructView, fill
 
 XR_API_VERSION = "sandbox.cozystack.io/v1alpha1"
 XR_KIND = "WorkspaceSandbox"
@@ -48,25 +49,47 @@ def _platform(serialized: bytes) -> SandboxPlatform:
     return parse(SandboxPlatform, to_dict(s), "input")
 
 
+# The metadata the model reads; the rest (managedFields above all) is never converted.
+_METADATA = frozenset({"name", "namespace", "uid"})
+
+
 def _read(
     req: fnv1.RunFunctionRequest,
-) -> tuple[WorkspaceSandbox, SandboxPlatform, dict[str, Manifest], dict[str, list[Manifest]]]:
+) -> tuple[
+    WorkspaceSandbox,
+    SandboxPlatform,
+    dict[str, Mapping[str, Any]],
+    dict[str, list[Manifest]],
+]:
     if not req.HasField("input"):
         raise FieldError("input", "the Composition step has no SandboxPlatform input")
     platform = _platform(req.input.SerializeToString(deterministic=True))
-    xr = to_dict(req.observed.composite.resource)
-    if not xr:
+    xr = req.observed.composite.resource
+    if not xr.fields:
         raise FieldError("composite", "the request carries no composite resource")
-    if (xr.get("apiVersion"), xr.get("kind")) != (XR_API_VERSION, XR_KIND):
+    view = StructView(xr)
+    if (view.get("apiVersion"), view.get("kind")) != (XR_API_VERSION, XR_KIND):
         raise FieldError(
             "composite",
             f"this function composes {XR_API_VERSION} {XR_KIND}, "
-            f"not {xr.get('apiVersion')} {xr.get('kind')}",
+            f"not {view.get('apiVersion')} {view.get('kind')}",
         )
-    # Only metadata and spec are the tenant's input; status is ours, and the rest is the server's.
-    ws = parse(WorkspaceSandbox, {k: xr[k] for k in ("metadata", "spec") if k in xr}, "")
-    # Iterating never inserts keys, unlike req.observed.resources["x"].
-    observed = {name: to_dict(r.resource) for name, r in req.observed.resources.items()}
+    # Only metadata and spec are the tenant's input; status is ours, and the rest (managed
+    # fields above all) is the server's and never converted.
+    data: dict[str, Any] = {}
+    if "metadata" in xr.fields:
+        meta = _to_python(xr.fields["metadata"])
+        data["metadata"] = (
+            {k: v for k, v in meta.items() if k in _METADATA} if isinstance(meta, dict) else meta
+        )
+    if "spec" in xr.fields:
+        data["spec"] = _to_python(xr.fields["spec"])
+    ws = parse(WorkspaceSandbox, data, "")
+    # Read lazily: render looks at a few fields of each. Iterating never inserts keys, unlike
+    # req.observed.resources["x"].
+    observed: dict[str, Mapping[str, Any]] = {
+        name: StructView(r.resource) for name, r in req.observed.resources.items()
+    }
     required = {
         name: [to_dict(r.resource) for r in found.items]
         for name, found in req.required_resources.items()
@@ -77,8 +100,9 @@ def _read(
 def _write(rsp: fnv1.RunFunctionResponse, out: Rendered) -> None:
     for name, manifest in out.resources.items():
         desired = rsp.desired.resources[name]
+        # Replace whatever an earlier step left under our name.
         desired.resource.Clear()
-        desired.resource.update(manifest)
+        fill(desired.resource, manifest)
         desired.ready = _READY[out.ready[name]]
     composite = rsp.desired.composite
     # Earlier steps may own other status fields; ours are written whole, theirs kept.

@@ -116,4 +116,7 @@ def test_a_platform_input_with_one_value_replaced(step_input: Any) -> None:
     )
 )
 def test_any_observed_state(observed: dict[str, Any]) -> None:
-    check(run(request(xr({"snapshots": [{"name": "a"}]}), observed)), schemas=True)
+    # Observed objects come from the API server, already valid for their kind; the function
+    # re-emits an existing disk's spec as it finds it, so schemas aren't checked here, only
+    # that garbage never breaks the function.
+    check(run(request(xr({"snapshots": [{"name": "a"}]}), observed)), schemas=False)

@@ -51,8 +51,12 @@ MAX_PORT = 65535
 DNS_PORTS = [{"port": "53", "protocol": "UDP"}, {"port": "53", "protocol": "TCP"}]
 
 
+_PINNED_V4 = [str(n) for n, _ in DENY_V4]
+_PINNED_V6 = [str(n) for n, _ in DENY_V6]
+
+
 def _deny_cidrs(site: tuple[Network, ...]) -> list[str]:
-    return [str(n) for n, _ in (*DENY_V4, *DENY_V6)] + [str(n) for n in site]
+    return [*_PINNED_V4, *_PINNED_V6, *(str(n) for n in site)]
 
 
 def _in_cluster_endpoints(cluster_dns: bool) -> list[dict[str, Any]]:  # noqa: FBT001  # a preset flag
@@ -285,8 +289,8 @@ def _kubernetes_egress(
     ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform
 ) -> list[dict[str, Any]]:
     site = platform.network.site_deny_cidrs
-    v4 = [str(n) for n, _ in DENY_V4] + [str(n) for n in site if n.version == 4]  # noqa: PLR2004
-    v6 = [str(n) for n, _ in DENY_V6] + [str(n) for n in site if n.version == 6]  # noqa: PLR2004
+    v4 = [*_PINNED_V4, *(str(n) for n in site if n.version == 4)]  # noqa: PLR2004
+    v6 = [*_PINNED_V6, *(str(n) for n in site if n.version == 6)]  # noqa: PLR2004
     mode = ws.spec.network.egress
     dns = [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
     kube_dns = {

@@ -1,5 +1,6 @@
 """Reading observed composed resources without trusting their shape."""
 
+from collections.abc import Mapping
 from typing import Any
 
 from function.model import Manifest, Observed
@@ -8,15 +9,15 @@ from function.model import Manifest, Observed
 def dig(obj: Any, *path: str) -> Any:
     """obj[path[0]][path[1]]..., or None where anything on the way is missing or not a map."""
     for key in path:
-        if not isinstance(obj, dict):
+        if not isinstance(obj, Mapping):
             return None
         obj = obj.get(key)
     return obj
 
 
-def condition(obj: Manifest | None, kind: str) -> dict[str, Any] | None:
+def condition(obj: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | None:
     for c in dig(obj, "status", "conditions") or ():
-        if isinstance(c, dict) and c.get("type") == kind:
+        if isinstance(c, Mapping) and c.get("type") == kind:
             return c
     return None
 
@@ -29,6 +30,6 @@ def settled(manifest: Manifest, key: str, observed: Observed) -> Manifest:
     to rewrite them, and a snapshot's source can never move.
     """
     spec = dig(observed.get(key), "spec")
-    if not isinstance(spec, dict) or not spec:
+    if not isinstance(spec, Mapping) or not spec:
         return manifest
     return {**manifest, "spec": spec}

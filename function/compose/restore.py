@@ -6,6 +6,7 @@ restore never starts from a half-taken snapshot. Once the disk exists, the snaps
 matters (it may even be deleted), and the disk's source can't be changed.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -35,7 +36,7 @@ def _restored_from(observed: Observed) -> tuple[bool, bool, str | None]:
     disk = observed.get(workspace_volume.KEY)
     if disk is not None:
         source, ref = dig(disk, "spec", "source"), dig(disk, "spec", "sourceRef")
-        readable = isinstance(source, dict) or isinstance(ref, dict)
+        readable = isinstance(source, Mapping) or isinstance(ref, Mapping)
         return True, readable, dig(source, "snapshot", "name")
     pod = observed.get(sandbox.KEY)
     claims = dig(pod, "spec", "volumeClaimTemplates")

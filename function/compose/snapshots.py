@@ -8,6 +8,8 @@ sandbox observed suspended. Whether the sandbox was running when a snapshot was 
 recorded on the snapshot itself, since nothing observed later can tell.
 """
 
+from collections.abc import Mapping
+
 from function.compose import sandbox, virtual_machine, workspace_volume
 from function.compose.names import claim_name, labels, snapshot_name
 from function.compose.observed import condition, dig, settled
@@ -25,7 +27,7 @@ def key(name: str) -> str:
 
 
 def _true(obj: object, kind: str) -> bool:
-    found = condition(obj if isinstance(obj, dict) else None, kind)
+    found = condition(obj if isinstance(obj, Mapping) else None, kind)
     return found is not None and found.get("status") == "True"
 
 

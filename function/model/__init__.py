@@ -4,6 +4,7 @@ Models hold data and validation, never composition. They are frozen so render ca
 inputs, and camelCase on the wire like the XRD and the input CRD.
 """
 
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -14,8 +15,8 @@ from function.errors import FieldError, join_path
 Manifest = dict[str, Any]
 """A whole Kubernetes object as plain JSON-like data."""
 
-Observed = dict[str, Manifest]
-"""Observed composed resources by composition-resource name."""
+Observed = dict[str, Mapping[str, Any]]
+"""Observed composed resources by composition-resource name: read-only, maybe lazy views."""
 
 
 class Model(BaseModel):

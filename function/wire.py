@@ -1,0 +1,79 @@
+"""protobuf Structs without the per-node cost of the well-known-type helpers.
+
+Crossplane sends every object as a `google.protobuf.Struct`, and converting a whole one to a
+dict costs a Python call per field. Observed objects are read through `StructView` instead,
+which converts only the fields render looks at; what render copies from them (an existing
+disk's spec) goes back into the response Struct by a C-level copy, not field by field.
+"""
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from google.protobuf import struct_pb2 as structpb
+
+
+def fill(target: structpb.Struct, obj: Mapping[str, Any]) -> None:
+    """Write `obj` into an empty Struct; views of observed Structs are copied in C."""
+    for key, value in obj.items():
+        _set(target.fields[key], value)
+
+
+def _set(target: structpb.Value, value: Any) -> None:
+    if isinstance(value, StructView):
+        target.struct_value.CopyFrom(value.raw)
+    elif isinstance(value, Mapping):
+        target.struct_value.SetInParent()  # an empty map is {}, not null
+        fill(target.struct_value, value)
+    elif isinstance(value, list | tuple):
+        items = target.list_value
+        items.SetInParent()  # an empty list is [], not null
+        for item in value:
+            _set(items.values.add(), item)
+    elif isinstance(value, str):
+        target.string_value = value
+    elif isinstance(value, bool):
+        target.bool_value = value
+    elif isinstance(value, int | float):
+        target.number_value = value
+    elif value is None:
+        target.null_value = structpb.NULL_VALUE
+    else:
+        msg = f"cannot put {type(value).__name__} in a Struct"
+        raise TypeError(msg)
+
+
+def _read(value: structpb.Value) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind == "struct_value":
+        return StructView(value.struct_value)
+    if kind == "list_value":
+        return [_read(v) for v in value.list_value.values]
+    if kind == "null_value" or kind is None:
+        return None
+    return getattr(value, kind)
+
+
+class StructView(Mapping[str, Any]):
+    """A read-only mapping over a Struct; nested Structs are views too, made on access."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: structpb.Struct) -> None:
+        self.raw = raw
+
+    def __getitem__(self, key: str) -> Any:
+        fields = self.raw.fields
+        if key not in fields:
+            raise KeyError(key)
+        return _read(fields[key])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.raw.fields)
+
+    def __len__(self) -> int:
+        return len(self.raw.fields)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and dict(self.items()) == dict(other.items())
+
+    __hash__ = None  # type: ignore[assignment]  # mutable underneath, like a dict
