@@ -87,8 +87,13 @@ def main() -> int:
         answer = Path(tmp) / "steady.bin"
         with server() as ours, server(echo=answer) as floor:
             for concurrency in (1, 8, 32):
-                a = asyncio.run(drive(ours.address, [steady], args.throughput, concurrency))
-                b = asyncio.run(drive(floor.address, [steady], args.throughput, concurrency))
+                # Crossplane v2 calls v1; the floor answers v1 only as well.
+                a = asyncio.run(
+                    drive(ours.address, [steady], args.throughput, concurrency, beta=False)
+                )
+                b = asyncio.run(
+                    drive(floor.address, [steady], args.throughput, concurrency, beta=False)
+                )
                 failures += a.wrong
                 rate_a, rate_b = a.calls / a.seconds, b.calls / b.seconds
                 lines.append(

@@ -217,22 +217,23 @@ async def drive(
     calls: int,
     concurrency: int,
     *,
+    beta: bool = True,
     on_progress: Callable[[int], None] | None = None,
 ) -> Run:
-    """`calls` RunFunction calls over `concurrency` clients, half v1 and half v1beta1."""
+    """`calls` RunFunction calls over `concurrency` clients; with `beta`, every other is v1beta1."""
     run = Run()
     counter = iter(range(calls))
 
     async def client(channel: grpc.aio.Channel) -> None:
         v1 = grpcv1.FunctionRunnerServiceStub(channel)
-        beta = grpcv1beta1.FunctionRunnerServiceStub(channel)
+        v1beta1 = grpcv1beta1.FunctionRunnerServiceStub(channel)
         for i in counter:
             case = mix[i % len(mix)]
             t = time.perf_counter()
-            if i % 2:
+            if beta and i % 2:
                 req = fnv1beta1.RunFunctionRequest()
                 req.ParseFromString(case.request)
-                got = (await beta.RunFunction(req, timeout=30)).SerializeToString()
+                got = (await v1beta1.RunFunction(req, timeout=30)).SerializeToString()
                 answer = fnv1.RunFunctionResponse()
                 answer.ParseFromString(got)
             else:

@@ -6,6 +6,7 @@ which converts only the fields render looks at; what render copies from them (an
 disk's spec) goes back into the response Struct by a C-level copy, not field by field.
 """
 
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -18,28 +19,79 @@ def fill(target: structpb.Struct, obj: Mapping[str, Any]) -> None:
         _set(target.fields[key], value)
 
 
-def _set(target: structpb.Value, value: Any) -> None:
-    if isinstance(value, StructView):
-        target.struct_value.CopyFrom(value.raw)
-    elif isinstance(value, Mapping):
+def _set(target: structpb.Value, value: Any) -> None:  # noqa: C901  # one branch a kind
+    # Exact type checks first: isinstance against the Mapping ABC costs more than the write.
+    kind = type(value)
+    if kind is str:
+        target.string_value = value
+    elif kind is dict:
         target.struct_value.SetInParent()  # an empty map is {}, not null
         fill(target.struct_value, value)
-    elif isinstance(value, list | tuple):
+    elif kind is list or kind is tuple:
+        key = _flat_key(value)
+        if key is not None:
+            target.list_value.CopyFrom(_flat_list(key, value))
+            return
         items = target.list_value
         items.SetInParent()  # an empty list is [], not null
         for item in value:
             _set(items.values.add(), item)
-    elif isinstance(value, str):
-        target.string_value = value
-    elif isinstance(value, bool):
+    elif kind is bool:
         target.bool_value = value
-    elif isinstance(value, int | float):
+    elif kind is int or kind is float:
         target.number_value = value
     elif value is None:
         target.null_value = structpb.NULL_VALUE
+    elif kind is StructView:
+        target.struct_value.CopyFrom(value.raw)
+    elif isinstance(value, Mapping):
+        target.struct_value.SetInParent()
+        fill(target.struct_value, value)
     else:
         msg = f"cannot put {type(value).__name__} in a Struct"
         raise TypeError(msg)
+
+
+# Long flat lists (the blocked CIDRs, their `except` lists) are the same for every sandbox of
+# a platform. Built once, they are copied in C after that. The bound keeps memory flat.
+_FLAT_MIN = 8
+_FLAT_CACHE: OrderedDict[tuple[Any, ...], structpb.ListValue] = OrderedDict()
+_FLAT_CACHE_SIZE = 256
+
+
+def _flat_key(items: list[Any] | tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """A hashable key for a long list of strings or one-string maps, else None."""
+    if len(items) < _FLAT_MIN:
+        return None
+    key: list[Any] = []
+    for item in items:
+        if isinstance(item, str):
+            key.append(item)
+        elif type(item) is dict and len(item) == 1:
+            ((k, v),) = item.items()
+            if not isinstance(v, str):
+                return None
+            key.append((k, v))
+        else:
+            return None
+    return tuple(key)
+
+
+def _flat_list(key: tuple[Any, ...], items: list[Any] | tuple[Any, ...]) -> structpb.ListValue:
+    cached = _FLAT_CACHE.get(key)
+    if cached is None:
+        cached = structpb.ListValue()
+        for item in items:
+            value = cached.values.add()
+            if isinstance(item, str):
+                value.string_value = item
+            else:
+                value.struct_value.SetInParent()
+                fill(value.struct_value, item)
+        _FLAT_CACHE[key] = cached
+        if len(_FLAT_CACHE) > _FLAT_CACHE_SIZE:
+            _FLAT_CACHE.popitem(last=False)
+    return cached
 
 
 def _read(value: structpb.Value) -> Any:
