@@ -97,6 +97,12 @@ def _read(
     return ws, platform, observed, required
 
 
+def _supports(req: fnv1.RunFunctionRequest, capability: int) -> bool:
+    """Crossplane v2.2 and newer say what they support; before that, v2.0 supports it all."""
+    advertised = set(req.meta.capabilities)
+    return fnv1.CAPABILITY_CAPABILITIES not in advertised or capability in advertised
+
+
 def _write(rsp: fnv1.RunFunctionResponse, out: Rendered) -> None:
     for name, manifest in out.resources.items():
         desired = rsp.desired.resources[name]
@@ -156,4 +162,13 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             )
             return rsp
         _write(rsp, out)
+        if out.requirements and not _supports(req, fnv1.CAPABILITY_REQUIRED_RESOURCES):
+            rsp.results.append(
+                fnv1.Result(
+                    severity=fnv1.SEVERITY_WARNING,
+                    message="spec.restoreFrom: this Crossplane doesn't fetch required resources, "
+                    "so the snapshot to restore can't be looked up; the disk waits",
+                    reason="RequiredResourcesUnsupported",
+                )
+            )
         return rsp

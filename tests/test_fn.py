@@ -178,3 +178,19 @@ async def test_shrinking_an_existing_disk_is_refused(disk: str) -> None:
             "disks never shrink"
         )
     ]
+
+
+async def test_a_crossplane_without_required_resources_is_told_why_a_restore_waits() -> None:
+    req = request(xr({"restoreFrom": {"snapshot": "nightly"}}))
+    req.meta.capabilities.extend([fnv1.CAPABILITY_CAPABILITIES, fnv1.CAPABILITY_CONDITIONS])
+    rsp = await run(req)
+    assert [(r.severity, r.reason) for r in rsp.results] == [
+        (fnv1.SEVERITY_WARNING, "RequiredResourcesUnsupported")
+    ]
+    assert "workspace-volume" not in rsp.desired.resources
+
+
+async def test_before_capabilities_were_advertised_everything_is_assumed() -> None:
+    rsp = await run(request(xr({"restoreFrom": {"snapshot": "nightly"}})))
+    assert not rsp.results
+    assert "restore-snapshot" in rsp.requirements.resources
