@@ -14,6 +14,7 @@ from function.compose.guard import guard_policy
 from function.compose.names import WORKSPACE_LABEL
 from function.fn import to_dict
 from function.model.platform import SandboxPlatform
+from function.offline import plain
 from function.policy import (
     Environment,
     Flow,
@@ -68,16 +69,6 @@ class Audit:
     notes: list[str]
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
 def audit(
     rsp: fnv1.RunFunctionResponse,
     xr: dict[str, Any],
@@ -87,7 +78,7 @@ def audit(
 ) -> Audit:
     meta = xr.get("metadata") or {}
     name, namespace = str(meta.get("name")), str(meta.get("namespace"))
-    desired = {k: _plain(to_dict(r.resource)) for k, r in rsp.desired.resources.items()}
+    desired = {k: plain(to_dict(r.resource)) for k, r in rsp.desired.resources.items()}
     policies = [
         {**m, "metadata": {**m["metadata"], "namespace": namespace}}
         for m in desired.values()

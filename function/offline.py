@@ -136,11 +136,12 @@ async def run(runner: FunctionRunner, offline: Offline) -> fnv1.RunFunctionRespo
     return rsp
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
+    """JSON as the API server reads it: a Struct's 3.0 is the integer 3 again."""
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_plain(v) for v in value]
+        return [plain(v) for v in value]
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
@@ -164,13 +165,13 @@ def stream(
     req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, step: str, *, include_results: bool
 ) -> str:
     """The XR with the status the function set, then each composed resource, then results."""
-    xr = _plain(to_dict(req.observed.composite.resource))
+    xr = plain(to_dict(req.observed.composite.resource))
     meta = xr.get("metadata") or {}
     out: list[dict[str, Any]] = []
     if fatal(rsp) is None:
         status = {
             **(xr.get("status") or {}),
-            **_plain(to_dict(rsp.desired.composite.resource)).get("status", {}),
+            **plain(to_dict(rsp.desired.composite.resource)).get("status", {}),
         }
         conditions = [
             {
@@ -193,7 +194,7 @@ def stream(
             "blockOwnerDeletion": True,
         }
         for name in sorted(rsp.desired.resources):
-            obj = _plain(to_dict(rsp.desired.resources[name].resource))
+            obj = plain(to_dict(rsp.desired.resources[name].resource))
             m = obj.setdefault("metadata", {})
             if meta.get("namespace"):
                 m["namespace"] = meta["namespace"]
