@@ -147,17 +147,18 @@ class Server:
 
 
 def _wait_ready(address: str, process: subprocess.Popen[bytes], timeout: float) -> None:
+    """Until the first RunFunction call is answered, not just until the port is open."""
     deadline = time.monotonic() + timeout
     with grpc.insecure_channel(address) as channel:
+        stub = channel.unary_unary(RUN_FUNCTION)
         while True:
             try:
-                grpc.channel_ready_future(channel).result(timeout=0.05)
-                stub = channel.unary_unary(RUN_FUNCTION)
-                stub(b"", timeout=5)  # the first answered call, not just an open port
+                stub(b"", timeout=0.5, wait_for_ready=True)
                 return
-            except (grpc.FutureTimeoutError, grpc.RpcError) as err:
-                if isinstance(err, grpc.RpcError) and err.code() != grpc.StatusCode.UNAVAILABLE:
-                    return
+            except grpc.RpcError as err:
+                waiting = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+                if err.code() not in waiting:
+                    return  # answered, if with an error: the server is up
                 if process.poll() is not None or time.monotonic() > deadline:
                     msg = "the server did not start"
                     raise RuntimeError(msg) from None
