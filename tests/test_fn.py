@@ -157,7 +157,7 @@ async def test_growing_an_existing_disk_warns_instead_of_failing() -> None:
             fnv1.SEVERITY_WARNING,
             (
                 "spec.resources.disk: the workspace disk stays at 20Gi; "
-                "a DataVolume can't be resized after creation"
+                "its DataVolume or claim template can't be changed after creation"
             ),
             "CannotApply",
         )

@@ -1,5 +1,6 @@
 """The workspace disk: a standalone CDI DataVolume, so it outlives the VM."""
 
+from function.compose import sandbox
 from function.compose.names import labels, workspace_volume_name
 from function.compose.observed import dig, settled
 from function.compose.sizing import Size
@@ -28,9 +29,20 @@ def _source(ws: WorkspaceSandbox, image: Image) -> dict[str, object]:
     return {"source": {"pvc": src.pvc.model_dump()}}
 
 
+def _current_size(observed: Observed) -> object:
+    """The existing workspace disk's size: a DataVolume's, or a Sandbox's claim template's."""
+    have = dig(observed.get(KEY), "spec", "storage", "resources", "requests", "storage")
+    if have is not None:
+        return have
+    claims = dig(observed.get(sandbox.KEY), "spec", "volumeClaimTemplates")
+    if isinstance(claims, list) and claims:
+        return dig(claims[0], "spec", "resources", "requests", "storage")
+    return None
+
+
 def resize_warnings(ws: WorkspaceSandbox, size: Size, observed: Observed) -> list[str]:
     """Refuse a smaller disk; explain that a larger one isn't applied to an existing disk."""
-    have = dig(observed.get(KEY), "spec", "storage", "resources", "requests", "storage")
+    have = _current_size(observed)
     # Leaving the size out keeps whatever the disk has, even if the preset's default changed.
     if ws.spec.resources.disk is None or not isinstance(have, str):
         return []
@@ -46,7 +58,8 @@ def resize_warnings(ws: WorkspaceSandbox, size: Size, observed: Observed) -> lis
         )
     if size.disk > current:
         stays = f"the workspace disk stays at {format_bytes(current)}"
-        return [f"spec.resources.disk: {stays}; a DataVolume can't be resized after creation"]
+        why = "its DataVolume or claim template can't be changed after creation"
+        return [f"spec.resources.disk: {stays}; {why}"]
     return []
 
 

@@ -4,6 +4,7 @@ from typing import Any
 
 import pytest
 
+from function.errors import FieldError
 from function.render import Rendered, render
 from tests.pod_security import all_violations
 from tests.schemas import validate
@@ -251,3 +252,23 @@ def test_status_and_readiness_follow_the_observed_sandbox(
     assert (out.status["phase"], provisioned.reason) == (phase, reason)
     assert out.ready.get("sandbox") is ready_flag
     assert out.composite_ready is (phase == "Running")
+
+
+def test_a_pod_sandbox_disk_never_shrinks_and_warns_on_growth() -> None:
+    claims = [
+        {
+            "metadata": {"name": "workspace"},
+            "spec": {"resources": {"requests": {"storage": "30Gi"}}},
+        }
+    ]
+    observed = {"sandbox": {"spec": {"volumeClaimTemplates": claims}}}
+    with pytest.raises(FieldError) as err:
+        run({"preset": "kata", "resources": {"disk": "20Gi"}}, observed)
+    assert (
+        str(err.value)
+        == "spec.resources.disk: 20Gi is smaller than the workspace disk already is (30Gi); disks never shrink"
+    )
+    grown = run({"preset": "kata", "resources": {"disk": "40Gi"}}, observed)
+    assert grown.warnings == [
+        "spec.resources.disk: the workspace disk stays at 30Gi; its DataVolume or claim template can't be changed after creation"
+    ]
