@@ -15,27 +15,30 @@ from google.protobuf import struct_pb2 as structpb
 
 def fill(target: structpb.Struct, obj: Mapping[str, Any]) -> None:
     """Write `obj` into an empty Struct; views of observed Structs are copied in C."""
+    fields = target.fields
     for key, value in obj.items():
-        _set(target.fields[key], value)
+        _set(fields[key], value)
 
 
-def _set(target: structpb.Value, value: Any) -> None:  # noqa: C901  # one branch a kind
+def _set(target: structpb.Value, value: Any) -> None:  # noqa: C901, PLR0912  # one branch a kind
     # Exact type checks first: isinstance against the Mapping ABC costs more than the write.
     kind = type(value)
     if kind is str:
         target.string_value = value
     elif kind is dict:
-        target.struct_value.SetInParent()  # an empty map is {}, not null
-        fill(target.struct_value, value)
+        if value:
+            fill(target.struct_value, value)
+        else:
+            target.struct_value.SetInParent()  # an empty map is {}, not null
     elif kind is list or kind is tuple:
-        key = _flat_key(value)
-        if key is not None:
+        if len(value) >= _FLAT_MIN and (key := _flat_key(value)) is not None:
             target.list_value.CopyFrom(_flat_list(key, value))
-            return
-        items = target.list_value
-        items.SetInParent()  # an empty list is [], not null
-        for item in value:
-            _set(items.values.add(), item)
+        elif value:
+            add = target.list_value.values.add
+            for item in value:
+                _set(add(), item)
+        else:
+            target.list_value.SetInParent()  # an empty list is [], not null
     elif kind is bool:
         target.bool_value = value
     elif kind is int or kind is float:
@@ -60,9 +63,7 @@ _FLAT_CACHE_SIZE = 256
 
 
 def _flat_key(items: list[Any] | tuple[Any, ...]) -> tuple[Any, ...] | None:
-    """A hashable key for a long list of strings or one-string maps, else None."""
-    if len(items) < _FLAT_MIN:
-        return None
+    """A hashable key for a list of strings or one-string maps, else None."""
     key: list[Any] = []
     for item in items:
         if isinstance(item, str):
