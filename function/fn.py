@@ -16,29 +16,13 @@ from function.model import Manifest, parse
 from function.model.platform import SandboxPlatform
 from function.model.spec import WorkspaceSandbox
 from function.render import Rendered, render
-from function.wire import StructView, fill
+from function.wire import StructView, fill, to_dict, to_python
 
 XR_API_VERSION = "sandbox.cozystack.io/v1alpha1"
 XR_KIND = "WorkspaceSandbox"
 
 _STATUS = {"True": fnv1.STATUS_CONDITION_TRUE, "False": fnv1.STATUS_CONDITION_FALSE}
 _READY = {True: fnv1.READY_TRUE, False: fnv1.READY_FALSE}
-
-
-def _to_python(value: structpb.Value) -> Any:
-    kind = value.WhichOneof("kind")
-    if kind == "struct_value":
-        return {k: _to_python(v) for k, v in value.struct_value.fields.items()}
-    if kind == "list_value":
-        return [_to_python(v) for v in value.list_value.values]
-    if kind == "null_value" or kind is None:
-        return None
-    return getattr(value, kind)
-
-
-def to_dict(s: structpb.Struct) -> Manifest:
-    """A Struct as plain data; numbers stay floats, as the SDK's own conversion leaves them."""
-    return {k: _to_python(v) for k, v in s.fields.items()}
 
 
 @functools.lru_cache(maxsize=32)
@@ -78,12 +62,12 @@ def _read(
     # fields above all) is the server's and never converted.
     data: dict[str, Any] = {}
     if "metadata" in xr.fields:
-        meta = _to_python(xr.fields["metadata"])
+        meta = to_python(xr.fields["metadata"])
         data["metadata"] = (
             {k: v for k, v in meta.items() if k in _METADATA} if isinstance(meta, dict) else meta
         )
     if "spec" in xr.fields:
-        data["spec"] = _to_python(xr.fields["spec"])
+        data["spec"] = to_python(xr.fields["spec"])
     ws = parse(WorkspaceSandbox, data, "")
     # Read lazily: render looks at a few fields of each. Iterating never inserts keys, unlike
     # req.observed.resources["x"].

@@ -13,7 +13,8 @@ from function import offline
 from function.errors import FieldError
 from function.explain import audit, flows
 from function.explain import explain as explain_flows
-from function.fn import FunctionRunner, to_dict
+from function.fn import FunctionRunner
+from function.wire import to_dict
 
 DEFAULT_COMPOSITION = (
     Path(__file__).resolve().parent.parent / "compositions" / "workspacesandbox.yaml"

@@ -13,9 +13,10 @@ from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.compose.guard import guard_policy
-from function.fn import FunctionRunner, to_dict
+from function.fn import FunctionRunner
 from function.model import parse
 from function.model.platform import SandboxPlatform
+from function.wire import to_dict
 
 RESOURCE_NAME = "crossplane.io/composition-resource-name"
 INPUT_KIND = ("sandbox.fn.cozystack.io/v1beta1", "SandboxPlatform")

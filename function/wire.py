@@ -95,15 +95,27 @@ def _flat_list(key: tuple[Any, ...], items: list[Any] | tuple[Any, ...]) -> stru
     return cached
 
 
-def _read(value: structpb.Value) -> Any:
+def _read(value: structpb.Value, *, lazy: bool) -> Any:
     kind = value.WhichOneof("kind")
     if kind == "struct_value":
-        return StructView(value.struct_value)
+        if lazy:
+            return StructView(value.struct_value)
+        return {k: _read(v, lazy=False) for k, v in value.struct_value.fields.items()}
     if kind == "list_value":
-        return [_read(v) for v in value.list_value.values]
+        return [_read(v, lazy=lazy) for v in value.list_value.values]
     if kind == "null_value" or kind is None:
         return None
     return getattr(value, kind)
+
+
+def to_python(value: structpb.Value) -> Any:
+    """A Struct Value as plain data; numbers stay floats, as the SDK's conversion leaves them."""
+    return _read(value, lazy=False)
+
+
+def to_dict(s: structpb.Struct) -> dict[str, Any]:
+    """A whole Struct as plain data: for what is read entirely, such as the platform input."""
+    return {k: _read(v, lazy=False) for k, v in s.fields.items()}
 
 
 class StructView(Mapping[str, Any]):
@@ -118,7 +130,7 @@ class StructView(Mapping[str, Any]):
         fields = self.raw.fields
         if key not in fields:
             raise KeyError(key)
-        return _read(fields[key])
+        return _read(fields[key], lazy=True)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.raw.fields)

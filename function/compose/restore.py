@@ -38,12 +38,10 @@ def _restored_from(observed: Observed) -> tuple[bool, bool, str | None]:
         source, ref = dig(disk, "spec", "source"), dig(disk, "spec", "sourceRef")
         readable = isinstance(source, Mapping) or isinstance(ref, Mapping)
         return True, readable, dig(source, "snapshot", "name")
-    pod = observed.get(sandbox.KEY)
-    claims = dig(pod, "spec", "volumeClaimTemplates")
-    if pod is not None:
-        readable = isinstance(claims, list) and bool(claims)
-        first = claims[0] if readable else None
-        return True, readable, dig(first, "spec", "dataSource", "name")
+    if sandbox.KEY in observed:
+        claims = sandbox.observed_claims(observed)
+        first = claims[0] if claims else None
+        return True, bool(claims), dig(first, "spec", "dataSource", "name")
     return False, False, None
 
 

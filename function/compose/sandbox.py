@@ -150,10 +150,16 @@ def sandbox(
     }
 
 
+def observed_claims(observed: Observed) -> list[Any]:
+    """An existing Sandbox's claim templates, the workspace first; [] if there are none."""
+    claims = dig(observed.get(KEY), "spec", "volumeClaimTemplates")
+    return claims if isinstance(claims, list) else []
+
+
 def settle_claims(resources: dict[str, Manifest], observed: Observed) -> dict[str, Manifest]:
     """Keep an existing Sandbox's claim templates: they are immutable, and hold the workspace."""
-    claims = dig(observed.get(KEY), "spec", "volumeClaimTemplates")
-    if not isinstance(claims, list) or not claims or KEY not in resources:
+    claims = observed_claims(observed)
+    if not claims or KEY not in resources:
         return resources
     manifest = resources[KEY]
     return {

@@ -34,8 +34,8 @@ def _current_size(observed: Observed) -> object:
     have = dig(observed.get(KEY), "spec", "storage", "resources", "requests", "storage")
     if have is not None:
         return have
-    claims = dig(observed.get(sandbox.KEY), "spec", "volumeClaimTemplates")
-    if isinstance(claims, list) and claims:
+    claims = sandbox.observed_claims(observed)
+    if claims:
         return dig(claims[0], "spec", "resources", "requests", "storage")
     return None
 
