@@ -12,7 +12,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.compose.guard import guard_policy
 from function.compose.names import WORKSPACE_LABEL
-from function.fn import to_dict
+from function.compose.observed import dig
 from function.model.platform import SandboxPlatform
 from function.offline import plain
 from function.policy import (
@@ -24,6 +24,7 @@ from function.policy import (
     evaluate,
     format_verdict,
 )
+from function.wire import to_dict
 
 POLICY_KINDS = ("CiliumNetworkPolicy", "NetworkPolicy")
 AGENT_PORT = 49983
@@ -102,9 +103,11 @@ def audit(
 
 
 def _pod_labels(desired: dict[str, Any]) -> dict[str, str]:
-    vm = desired.get("vm") or {}
-    template = ((vm.get("spec") or {}).get("template") or {}).get("metadata") or {}
-    return {**template.get("labels", {}), "kubevirt.io": "virt-launcher"}
+    """The sandbox pod's labels: a VM's virt-launcher pod, or the Sandbox's pod."""
+    if "vm" in desired:
+        labels = dig(desired["vm"], "spec", "template", "metadata", "labels") or {}
+        return {**labels, "kubevirt.io": "virt-launcher"}
+    return dict(dig(desired.get("sandbox"), "spec", "podTemplate", "metadata", "labels") or {})
 
 
 def flows(

@@ -81,3 +81,15 @@ def test_a_sandbox_that_does_not_render_is_a_fatal_error(tmp_path: Path) -> None
     result = CliRunner().invoke(cli, ["policy", "explain", str(xr)])
     assert result.exit_code == 1
     assert result.stderr.startswith("error: spec.image: 'windows' is not in the catalog")
+
+
+def test_a_pod_sandbox_is_judged_by_its_own_policies() -> None:
+    kata = str(ROOT / "examples" / "kata" / "xr.yaml")
+    result = CliRunner().invoke(
+        cli, ["policy", "explain", kata, "--to", "10.0.0.5", "--port", "443"]
+    )
+    assert result.exit_code == 0
+    assert result.stdout == (
+        "tenant-acme/erin-notebook -> 10.0.0.5:443/TCP: denied: CiliumNetworkPolicy "
+        "tenant-acme/erin-notebook egressDeny[2] matches 10.0.0.5 (toCIDRSet 10.0.0.0/8)\n"
+    )
