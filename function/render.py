@@ -8,11 +8,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from function.compose import plane, workspace_claim, workspace_volume
 from function.compose import sandbox as pod_sandbox
-from function.compose import workspace_volume
-from function.compose.lifetime import DEFAULT_TTL_SECONDS, lifetime
+from function.compose.kubernetes_object import API_VERSION as OBJECT_API
+from function.compose.kubernetes_object import unwrap
+from function.compose.lifetime import DEFAULT_TTL_SECONDS, Lifetime, lifetime
 from function.compose.network_policy import network_policies
-from function.compose.readiness import readiness
+from function.compose.observed import dig
+from function.compose.readiness import is_ready, readiness
 from function.compose.restore import restore
 from function.compose.sandbox import sandbox, settle_claims
 from function.compose.service import service
@@ -21,12 +24,14 @@ from function.compose.sizing import size
 from function.compose.snapshots import volume_snapshots
 from function.compose.status import Condition, workspace_status
 from function.compose.virtual_machine import virtual_machine
-from function.compose.workspace_volume import resize_warnings
+from function.compose.workspace_volume import growth, resize_warnings
 from function.compose.workspace_volume import workspace_volume as workspace_disk
 from function.errors import FieldError
 from function.model import Manifest, Observed
-from function.model.platform import Preset, SandboxPlatform
+from function.model.platform import Image, Preset, SandboxPlatform
 from function.model.spec import WorkspaceSandbox
+
+OBJECT: Manifest = {"apiVersion": OBJECT_API, "kind": "Object"}
 
 
 @dataclass(frozen=True)
@@ -46,17 +51,35 @@ class Rendered:
     """How long Crossplane may wait before calling again; shorter before a suspend deadline."""
 
 
+def _lives_on(observed: Observed) -> str | None:
+    """Where an existing sandbox's workspace is: a VM disk, a pod claim, or a ComputePlane."""
+    if workspace_volume.KEY in observed:
+        return "kubevirt"
+    claim = observed.get(workspace_claim.KEY)
+    if dig(claim, "kind") == "Object":
+        return "plane"
+    if claim is not None or pod_sandbox.KEY in observed:
+        return "pod"
+    return None
+
+
 def _same_runtime(preset_name: str, preset: Preset, observed: Observed) -> None:
-    """A preset may change sizes and classes, never the kind of disk the workspace lives on."""
-    has_vm_disk, has_pod = workspace_volume.KEY in observed, pod_sandbox.KEY in observed
-    if (preset.runtime == "kubevirt" and has_pod) or (preset.runtime != "kubevirt" and has_vm_disk):
-        was = "kubevirt" if has_vm_disk else "a pod runtime"
-        raise FieldError(
-            "spec.preset",
-            f"preset {preset_name!r} runs {preset.runtime}, but this sandbox's workspace lives on "
-            f"{was}; switching would leave it behind. Snapshot it and restore the snapshot into "
-            "a new sandbox instead",
-        )
+    """A preset may change sizes and classes, never where the workspace lives."""
+    was = _lives_on(observed)
+    if preset.placement != "Namespace":
+        want = "plane"
+    else:
+        want = "kubevirt" if preset.runtime == "kubevirt" else "pod"
+    if was is None or was == want:
+        return
+    where = {"kubevirt": "kubevirt", "pod": "a pod runtime", "plane": "a ComputePlane"}
+    runs = preset.placement if want == "plane" else preset.runtime
+    raise FieldError(
+        "spec.preset",
+        f"preset {preset_name!r} runs {runs}, but this sandbox's workspace lives on "
+        f"{where[was]}; switching would leave it behind. Snapshot it and restore the snapshot "
+        "into a new sandbox instead",
+    )
 
 
 def render(
@@ -68,26 +91,33 @@ def render(
 ) -> Rendered:
     preset_name, preset = platform.preset(ws.spec.preset)
     image = platform.image(ws.spec.image)
-    if preset.placement != "Namespace":
-        raise FieldError(
-            "spec.preset",
-            f"preset {preset_name!r} needs placement {preset.placement!r}, which this "
-            "function version does not render yet",
-        )
     _same_runtime(preset_name, preset, observed)
     life = lifetime(ws, preset_name, preset, now)
     if life.expired:
         ws = ws.model_copy(update={"spec": ws.spec.model_copy(update={"power": "Suspended"})})
+    if preset.placement != "Namespace":
+        return _render_in_plane(
+            ws,
+            preset_name=preset_name,
+            preset=preset,
+            platform=platform,
+            image=image,
+            observed=observed,
+            required=required,
+            life=life,
+        )
     source = restore(ws, observed, required or {})
     sized = size(ws, preset_name, preset, image, source.min_disk)
-    warnings = resize_warnings(ws, sized, observed)
+    warnings = resize_warnings(ws, sized, observed, platform)
 
     resources: dict[str, Manifest] = {}
     if source.waiting is None and preset.runtime == "kubevirt":
         resources |= workspace_disk(ws, preset, image, sized, observed)
+        resources |= growth(ws, platform, sized, observed)
         resources |= virtual_machine(ws, preset, platform, sized)
     elif source.waiting is None:
         resources |= service_account(ws)
+        resources |= workspace_claim.workspace_claim(ws, preset, sized, observed)
         resources |= settle_claims(sandbox(ws, preset, platform, image, sized), observed)
     resources |= service(ws, platform)
     resources |= network_policies(ws, preset, platform)
@@ -104,5 +134,61 @@ def render(
         usable,
         warnings,
         source.requirements,
+        life.ttl_seconds,
+    )
+
+
+def _render_in_plane(
+    ws: WorkspaceSandbox,
+    *,
+    preset_name: str,
+    preset: Preset,
+    platform: SandboxPlatform,
+    image: Image,
+    observed: Observed,
+    required: dict[str, list[Manifest]] | None,
+    life: Lifetime,
+) -> Rendered:
+    """A sandbox in a ComputePlane: the plane, then Objects carrying its parts into it."""
+    target = plane.compute_plane(ws, preset_name, preset, observed, required or {})
+    inside = unwrap(observed)
+    sized = size(ws, preset_name, preset, image)
+    warnings = resize_warnings(ws, sized, inside, platform)
+    resources = dict(target.resources)
+    inner: dict[str, Manifest] = {}
+    if target.waiting is None or plane.placed(observed):
+        parts = plane.workload(
+            ws,
+            preset_name=preset_name,
+            preset=preset,
+            platform=platform,
+            image=image,
+            size=sized,
+            inside=inside,
+        )
+        ready = {k: is_ready(OBJECT, observed.get(k)) for k in parts}
+        resources |= plane.place(
+            ws, preset=preset, plane=target.name, inner=parts, observed=observed, ready=ready
+        )
+        inner = {k: parts[k] for k in parts if k in resources}
+    status, conditions, usable = workspace_status(
+        ws,
+        preset_name,
+        preset,
+        inner,
+        inside,
+        expired=life.expired,
+        restoring=None,
+        plane=target.name,
+        plane_waiting=target.waiting,
+    )
+    return Rendered(
+        resources,
+        readiness(resources, observed),
+        status,
+        conditions,
+        usable,
+        warnings,
+        target.requirements,
         life.ttl_seconds,
     )

@@ -26,7 +26,7 @@ async def run(composite: dict[str, Any], step_input: dict[str, Any] | None = Non
 SPEC_CASES = [
     pytest.param(
         {"preset": "xl"},
-        "spec.preset: 'xl' is not offered; use one of: gvisor, kata, standard",
+        "spec.preset: 'xl' is not offered; use one of: dedicated-plane, gvisor, kata, shared-plane, standard",
         id="unknown-preset",
     ),
     pytest.param(
@@ -518,7 +518,8 @@ def _standard(**changes: Any) -> dict[str, Any]:
         ),
         pytest.param(
             _input(**_standard(runtime="docker")),
-            "input.presets.standard.runtime: Input should be 'kubevirt', 'kata' or 'gvisor'",
+            "input.presets.standard.runtime: Input should be 'kubevirt', 'kata', 'gvisor' or "
+            "'container'",
             id="unknown-runtime",
         ),
         pytest.param(
@@ -668,16 +669,88 @@ async def test_overlapping_allowlist_cidrs_are_refused() -> None:
     ]
 
 
-async def test_preset_the_version_cannot_render_is_refused() -> None:
-    standard = platform_input()["presets"]["standard"]
-    presets = {"standard": {**standard, "placement": "SharedComputePlane"}}
+def _preset(base: str, **changes: Any) -> dict[str, Any]:
+    return {**platform_input()["presets"][base], **changes}
+
+
+_INGRESS = {"md0": {"roles": ["ingress-nginx"]}}
+
+
+@pytest.mark.parametrize(
+    ("preset", "message"),
+    [
+        pytest.param(
+            _preset("standard", placement="SharedComputePlane", computePlane={"name": "cp"}),
+            "input.presets.x: placement SharedComputePlane runs pods inside the plane: use "
+            "runtime container, gvisor or kata",
+            id="kubevirt-in-a-plane",
+        ),
+        pytest.param(
+            _preset("gvisor", placement="SharedComputePlane"),
+            "input.presets.x: placement SharedComputePlane needs computePlane",
+            id="plane-placement-without-options",
+        ),
+        pytest.param(
+            _preset("shared-plane", computePlane={}),
+            "input.presets.x: a SharedComputePlane preset names the tenant's plane "
+            "(computePlane.name) and sets no nodeGroups",
+            id="shared-without-a-name",
+        ),
+        pytest.param(
+            _preset("shared-plane", computePlane={"name": "cp", "nodeGroups": _INGRESS}),
+            "input.presets.x: a SharedComputePlane preset names the tenant's plane "
+            "(computePlane.name) and sets no nodeGroups",
+            id="shared-with-node-groups",
+        ),
+        pytest.param(
+            _preset("dedicated-plane", computePlane={"name": "cp", "nodeGroups": _INGRESS}),
+            "input.presets.x: a DedicatedComputePlane preset composes its plane: drop "
+            "computePlane.name",
+            id="dedicated-with-a-name",
+        ),
+        pytest.param(
+            _preset("dedicated-plane", computePlane={"nodeGroups": {"md0": {"roles": []}}}),
+            "input.presets.x: computePlane.nodeGroups needs a group with roles "
+            "[ingress-nginx]: the ComputePlane chart requires one",
+            id="dedicated-without-an-ingress-group",
+        ),
+        pytest.param(
+            _preset(
+                "dedicated-plane",
+                computePlane={
+                    "nodeGroups": {
+                        "md0": {"roles": ["ingress-nginx"], "minReplicas": 3, "maxReplicas": 2}
+                    }
+                },
+            ),
+            "input.presets.x.computePlane.nodeGroups.md0: minReplicas is larger than maxReplicas",
+            id="node-group-min-over-max",
+        ),
+        pytest.param(
+            _preset("kata", computePlane={"name": "cp"}),
+            "input.presets.x: computePlane is only for the ComputePlane placements",
+            id="plane-options-in-a-namespace-preset",
+        ),
+        pytest.param(
+            _preset("kata", runtime="container"),
+            "input.presets.x: runtime container is only for the ComputePlane placements, "
+            "where the plane's own virtual machines isolate it",
+            id="bare-container-in-the-namespace",
+        ),
+        pytest.param(
+            _preset("shared-plane", computePlane={"name": "cp", "kubeconfigSecretSuffix": "x"}),
+            "input.presets.x.computePlane.kubeconfigSecretSuffix: String should match pattern "
+            "'^-[a-z0-9-]*[a-z0-9]$'",
+            id="kubeconfig-suffix",
+        ),
+    ],
+)
+async def test_inconsistent_placement_presets_are_refused(
+    preset: dict[str, Any], message: str
+) -> None:
+    presets = {**platform_input()["presets"], "x": preset}
     rsp = await run(xr(), _input(presets=presets))
-    assert [r.message for r in rsp.results] == [
-        (
-            "spec.preset: preset 'standard' needs placement 'SharedComputePlane', which this "
-            "function version does not render yet"
-        )
-    ]
+    assert [(r.severity, r.message) for r in rsp.results] == [(fnv1.SEVERITY_FATAL, message)]
 
 
 async def test_a_pod_preset_needs_an_oci_image() -> None:

@@ -9,8 +9,18 @@ from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
 from crossplane.function.runtime import BetaFunctionRunner
 from google.protobuf import json_format
 
+from function.compose.kubernetes_object import GROWN
 from function.fn import FunctionRunner
-from tests.support import EXAMPLES, NOW, load_stream, observed_of, request, xr
+from tests.support import (
+    EXAMPLES,
+    NAMESPACE,
+    NOW,
+    load_stream,
+    observed_of,
+    platform_input,
+    request,
+    xr,
+)
 
 
 async def run(req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
@@ -143,27 +153,80 @@ async def test_missing_input_is_a_fatal_result_for_the_platform() -> None:
     ]
 
 
-async def test_growing_an_existing_disk_warns_instead_of_failing() -> None:
-    observed = {
-        "workspace-volume": {
-            "apiVersion": "cdi.kubevirt.io/v1beta1",
-            "kind": "DataVolume",
-            "spec": {"storage": {"resources": {"requests": {"storage": "20Gi"}}}},
-        }
+_DATA_VOLUME = {
+    "workspace-volume": {
+        "apiVersion": "cdi.kubevirt.io/v1beta1",
+        "kind": "DataVolume",
+        "spec": {"storage": {"resources": {"requests": {"storage": "20Gi"}}}},
     }
-    rsp = await run(request(xr({"resources": {"disk": "40Gi"}}), observed))
+}
+
+
+async def test_growing_a_vm_disk_patches_its_claim_through_provider_kubernetes() -> None:
+    rsp = await run(request(xr({"resources": {"disk": "40Gi"}}), _DATA_VOLUME))
+    assert list(rsp.results) == []
+    out = desired(rsp)
+    # The DataVolume can't change; its PVC (of the same name) is raised instead.
+    assert out["workspace-volume"]["spec"]["storage"]["resources"]["requests"] == {
+        "storage": "20Gi"
+    }
+    assert out["workspace-volume-size"] == {
+        "apiVersion": "kubernetes.m.crossplane.io/v1alpha1",
+        "kind": "Object",
+        "metadata": {
+            "name": "alice-api-workspace-volume-size",
+            "labels": {
+                "app.kubernetes.io/managed-by": "function-workspace-sandbox",
+                "sandbox.cozystack.io/workspace": "alice-api",
+            },
+        },
+        "spec": {
+            "forProvider": {
+                "manifest": {
+                    "apiVersion": "v1",
+                    "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": "alice-api-workspace", "namespace": NAMESPACE},
+                    "spec": {"resources": {"requests": {"storage": "40Gi"}}},
+                }
+            },
+            "providerConfigRef": {
+                "kind": "ClusterProviderConfig",
+                "name": "workspace-sandbox-host",
+            },
+            "readiness": {"policy": "DeriveFromCelQuery", "celQuery": GROWN},
+            "managementPolicies": ["Observe", "Update"],
+        },
+    }
+
+
+async def test_growing_a_vm_disk_without_disk_expansion_warns_instead_of_failing() -> None:
+    step_input = {k: v for k, v in platform_input().items() if k != "diskExpansion"}
+    rsp = await run(request(xr({"resources": {"disk": "40Gi"}}), _DATA_VOLUME, step_input))
     assert [(r.severity, r.message, r.reason) for r in rsp.results] == [
         (
             fnv1.SEVERITY_WARNING,
             (
-                "spec.resources.disk: the workspace disk stays at 20Gi; "
-                "its DataVolume or claim template can't be changed after creation"
+                "spec.resources.disk: the workspace disk stays at 20Gi; the platform sets no "
+                "diskExpansion, and a DataVolume can't change after creation"
             ),
             "CannotApply",
         )
     ]
-    storage = desired(rsp)["workspace-volume"]["spec"]["storage"]
-    assert storage["resources"]["requests"]["storage"] == "20Gi"
+    assert "workspace-volume-size" not in desired(rsp)
+
+
+async def test_a_grown_vm_disk_never_falls_back_or_shrinks() -> None:
+    first = await run(request(xr({"resources": {"disk": "40Gi"}}), _DATA_VOLUME))
+    observed = {**_DATA_VOLUME, "workspace-volume-size": desired(first)["workspace-volume-size"]}
+    # Leaving the size out keeps the grown size.
+    kept = await run(request(xr(), observed))
+    manifest = desired(kept)["workspace-volume-size"]["spec"]["forProvider"]["manifest"]
+    assert manifest["spec"]["resources"]["requests"]["storage"] == "40Gi"
+    shrunk = await run(request(xr({"resources": {"disk": "30Gi"}}), observed))
+    assert [r.message for r in shrunk.results] == [
+        "spec.resources.disk: 30Gi is smaller than the workspace disk already is (40Gi); "
+        "disks never shrink"
+    ]
 
 
 @pytest.mark.parametrize("disk", ["10Gi", "19Gi"])

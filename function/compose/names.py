@@ -59,11 +59,30 @@ def snapshot_name(ws: WorkspaceSandbox, snapshot: str) -> str:
 CLAIM_TEMPLATE = "workspace"
 
 
-def claim_name(ws: WorkspaceSandbox, runtime: str) -> str:
-    """The workspace PVC: the DataVolume's for VMs, the Sandbox's claim for pod runtimes."""
-    if runtime == "kubevirt":
-        return workspace_volume_name(ws)
-    return f"{CLAIM_TEMPLATE}-{sandbox_name(ws)}"
+def claim_name(ws: WorkspaceSandbox, *, templated: bool = False) -> str:
+    """The workspace PVC: the DataVolume's or our own; an older Sandbox's templated claim."""
+    if templated:
+        return f"{CLAIM_TEMPLATE}-{sandbox_name(ws)}"
+    return workspace_volume_name(ws)
+
+
+def plane_name(ws: WorkspaceSandbox) -> str:
+    """A dedicated ComputePlane: one per sandbox, named after it."""
+    return dns_label(ws.metadata.name, "plane")
+
+
+def plane_namespace(ws: WorkspaceSandbox) -> str:
+    """The sandbox's own namespace inside a ComputePlane."""
+    return dns_label("sandbox", ws.metadata.name)
+
+
+def provider_config_name(ws: WorkspaceSandbox) -> str:
+    return dns_label(ws.metadata.name, "plane-access")
+
+
+def object_name(ws: WorkspaceSandbox, key: str) -> str:
+    """The provider-kubernetes Object that carries one composed resource."""
+    return dns_label(ws.metadata.name, key)
 
 
 def service_account_name(ws: WorkspaceSandbox) -> str:

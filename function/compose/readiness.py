@@ -38,6 +38,11 @@ def _data_volume(_: Manifest, observed: Seen) -> bool:
     return dig(observed, "status", "phase") in DISK_READY_PHASES
 
 
+def _claim(_: Manifest, observed: Seen) -> bool:
+    # Bound, or waiting for the pod that will be its first consumer.
+    return dig(observed, "status", "phase") in ("Bound", "Pending")
+
+
 def _volume_snapshot(_: Manifest, observed: Seen) -> bool:
     return dig(observed, "status", "readyToUse") is True
 
@@ -59,6 +64,9 @@ CHECKS: dict[tuple[str, str], Callable[[Manifest, Seen], bool]] = {
     ("v1", "ServiceAccount"): _exists,
     ("networking.k8s.io/v1", "NetworkPolicy"): _exists,
     ("cilium.io/v2", "CiliumNetworkPolicy"): _exists,
+    ("v1", "PersistentVolumeClaim"): _claim,
+    # A ProviderConfig has no status to wait for; Objects using it report their own.
+    ("kubernetes.m.crossplane.io/v1alpha1", "ProviderConfig"): _exists,
 }
 
 

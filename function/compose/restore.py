@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from function.compose import sandbox, workspace_volume
+from function.compose import sandbox, workspace_claim, workspace_volume
 from function.compose.observed import dig
 from function.errors import FieldError
 from function.model import Manifest, Observed
@@ -38,6 +38,9 @@ def _restored_from(observed: Observed) -> tuple[bool, bool, str | None]:
         source, ref = dig(disk, "spec", "source"), dig(disk, "spec", "sourceRef")
         readable = isinstance(source, Mapping) or isinstance(ref, Mapping)
         return True, readable, dig(source, "snapshot", "name")
+    claim = dig(observed.get(workspace_claim.KEY), "spec")
+    if claim is not None:
+        return True, isinstance(claim, Mapping), dig(claim, "dataSource", "name")
     if sandbox.KEY in observed:
         claims = sandbox.observed_claims(observed)
         first = claims[0] if claims else None

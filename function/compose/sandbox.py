@@ -3,9 +3,9 @@
 The pod runs as a fixed unprivileged user with a read-only root filesystem, no privilege
 escalation, no capabilities, the RuntimeDefault seccomp profile, no service-account token, no
 service links, no host namespaces, paths or ports, and the platform's public resolvers. Its
-workspace is a PVC from `volumeClaimTemplates` (kept while the Sandbox is suspended), mounted at
-/workspace, which is also the working directory and home. Requests equal limits, ephemeral
-storage included, so a sandbox can't take more of the node than it asked for.
+workspace is a PVC composed beside it (kept while the Sandbox is suspended, and able to grow),
+mounted at /workspace, which is also the working directory and home. Requests equal limits,
+ephemeral storage included, so a sandbox can't take more of the node than it asked for.
 """
 
 from typing import Any
@@ -16,6 +16,7 @@ from function.compose.names import (
     labels,
     sandbox_name,
     service_account_name,
+    workspace_volume_name,
 )
 from function.compose.observed import dig
 from function.compose.service import reserved_ports
@@ -32,7 +33,7 @@ WORKSPACE = "/workspace"
 OPERATING_MODE = {"Running": "Running", "Suspended": "Suspended"}
 
 
-def _resources(preset: Preset, size: Size) -> dict[str, Any]:
+def container_resources(preset: Preset, size: Size) -> dict[str, Any]:
     cpu, memory = size.cpu, size.memory
     if preset.pod.overhead is not None:
         cpu += preset.pod.overhead.cpu
@@ -58,21 +59,6 @@ def _dns(preset: Preset, platform: SandboxPlatform) -> dict[str, Any]:
     }
 
 
-def _claim(ws: WorkspaceSandbox, preset: Preset, size: Size) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "accessModes": ["ReadWriteOnce"],
-        "storageClassName": preset.storage_class,
-        "resources": {"requests": {"storage": format_bytes(size.disk)}},
-    }
-    if ws.spec.restore_from is not None:
-        spec["dataSource"] = {
-            "apiGroup": "snapshot.storage.k8s.io",
-            "kind": "VolumeSnapshot",
-            "name": ws.spec.restore_from.snapshot,
-        }
-    return {"metadata": {"name": CLAIM_TEMPLATE, "labels": labels(ws)}, "spec": spec}
-
-
 def _container(
     ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform, image: str, size: Size
 ) -> dict[str, Any]:
@@ -88,7 +74,7 @@ def _container(
             {"name": name, "containerPort": port, "protocol": "TCP"}
             for name, port in sorted(ports.items(), key=lambda p: p[1])
         ],
-        "resources": _resources(preset, size),
+        "resources": container_resources(preset, size),
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "privileged": False,
@@ -106,14 +92,18 @@ def _container(
     }
 
 
-def sandbox(
+def pod_spec(
     ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform, image: Image, size: Size
-) -> dict[str, Manifest]:
+) -> dict[str, Any]:
+    """The hardened pod, with the workspace PVC mounted at /workspace."""
     if image.oci is None:
         raise FieldError("spec.image", f"{ws.spec.image!r} has no OCI image for pod sandboxes")
     pod = preset.pod
-    pod_spec: dict[str, Any] = {
-        "runtimeClassName": preset.runtime_class,
+    workspace = {
+        "name": CLAIM_TEMPLATE,
+        "persistentVolumeClaim": {"claimName": workspace_volume_name(ws)},
+    }
+    spec: dict[str, Any] = {
         "serviceAccountName": service_account_name(ws),
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
@@ -129,10 +119,21 @@ def sandbox(
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": [_container(ws, preset, platform, image.oci, size)],
-        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": format_bytes(pod.tmp_size)}}],
+        "volumes": [
+            workspace,
+            {"name": "tmp", "emptyDir": {"sizeLimit": format_bytes(pod.tmp_size)}},
+        ],
         **_dns(preset, platform),
         **scheduling(preset),
     }
+    if preset.runtime_class is not None:
+        spec = {"runtimeClassName": preset.runtime_class, **spec}
+    return spec
+
+
+def sandbox(
+    ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform, image: Image, size: Size
+) -> dict[str, Manifest]:
     return {
         KEY: {
             "apiVersion": "agents.x-k8s.io/v1beta1",
@@ -143,8 +144,10 @@ def sandbox(
                 # Our own ClusterIP Service has the sandbox's name; the controller's headless
                 # one would clash with it.
                 "service": False,
-                "podTemplate": {"metadata": {"labels": identity_labels(ws)}, "spec": pod_spec},
-                "volumeClaimTemplates": [_claim(ws, preset, size)],
+                "podTemplate": {
+                    "metadata": {"labels": identity_labels(ws)},
+                    "spec": pod_spec(ws, preset, platform, image, size),
+                },
             },
         }
     }
@@ -157,12 +160,20 @@ def observed_claims(observed: Observed) -> list[Any]:
 
 
 def settle_claims(resources: dict[str, Manifest], observed: Observed) -> dict[str, Manifest]:
-    """Keep an existing Sandbox's claim templates: they are immutable, and hold the workspace."""
+    """Keep an older Sandbox's claim templates: they are immutable, and hold the workspace.
+
+    Such a Sandbox's workspace is the templated claim, which the controller mounts by the
+    template's name; the pod then has no workspace volume of its own.
+    """
     claims = observed_claims(observed)
     if not claims or KEY not in resources:
         return resources
     manifest = resources[KEY]
-    return {
-        **resources,
-        KEY: {**manifest, "spec": {**manifest["spec"], "volumeClaimTemplates": claims}},
+    template = manifest["spec"]["podTemplate"]
+    volumes = [v for v in template["spec"]["volumes"] if v["name"] != CLAIM_TEMPLATE]
+    spec = {
+        **manifest["spec"],
+        "podTemplate": {**template, "spec": {**template["spec"], "volumes": volumes}},
+        "volumeClaimTemplates": claims,
     }
+    return {**resources, KEY: {**manifest, "spec": spec}}

@@ -1,16 +1,22 @@
 """A CSI VolumeSnapshot of the workspace disk for each `spec.snapshots` entry.
 
 KubeVirt's Snapshot feature gate is off on Cozystack, so these are plain CSI snapshots of the
-workspace PVC (a DataVolume's PVC has the DataVolume's name; a Sandbox's claim is named
-`workspace-<sandbox>`). A snapshot is only taken of a
-disk that is done being created, and, where the preset asks for clean snapshots only, of a
-sandbox observed suspended. Whether the sandbox was running when a snapshot was taken is
-recorded on the snapshot itself, since nothing observed later can tell.
+workspace PVC (a DataVolume's PVC has the DataVolume's name, and a pod sandbox's claim is
+composed with the same name; an older Sandbox's templated claim is `workspace-<sandbox>`). A
+snapshot is only taken of a disk that is done being created, and, where the preset asks for
+clean snapshots only, of a sandbox observed suspended. Whether the sandbox was running when a
+snapshot was taken is recorded on the snapshot itself, since nothing observed later can tell.
 """
 
 from collections.abc import Mapping
 
-from function.compose import sandbox, virtual_machine, workspace_volume
+from function.compose import (
+    sandbox,
+    statefulset,
+    virtual_machine,
+    workspace_claim,
+    workspace_volume,
+)
 from function.compose.names import claim_name, labels, snapshot_name
 from function.compose.observed import condition, dig, settled
 from function.compose.readiness import DISK_READY_PHASES
@@ -38,6 +44,8 @@ def stopped(ws: WorkspaceSandbox, preset: Preset, observed: Observed) -> bool:
     if preset.runtime == "kubevirt":
         vm = observed.get(virtual_machine.KEY)
         return bool(dig(vm, "status", "printableStatus") == "Stopped")
+    if statefulset.KEY in observed:
+        return statefulset.stopped(observed[statefulset.KEY])
     return _true(observed.get(sandbox.KEY), "Suspended")
 
 
@@ -45,7 +53,9 @@ def disk_ready(preset: Preset, observed: Observed) -> bool:
     if preset.runtime == "kubevirt":
         phase = dig(observed.get(workspace_volume.KEY), "status", "phase")
         return phase in DISK_READY_PHASES
-    # The controller creates the claim with the pod; it holds data once the pod has run.
+    if statefulset.KEY in observed:
+        return bool(dig(observed.get(workspace_claim.KEY), "status", "phase") == "Bound")
+    # The claim is bound once the pod has been scheduled; it holds data once the pod has run.
     pod = observed.get(sandbox.KEY)
     return _true(pod, "Ready") or _true(pod, "Suspended")
 
@@ -66,6 +76,7 @@ def volume_snapshots(
 ) -> dict[str, Manifest]:
     out: dict[str, Manifest] = {}
     blocked = waiting(ws, preset_name, preset, observed)
+    claim = claim_name(ws, templated=bool(sandbox.observed_claims(observed)))
     for s in sorted(ws.spec.snapshots, key=lambda s: s.name):
         seen = observed.get(key(s.name))
         if seen is None and blocked is not None:
@@ -83,7 +94,7 @@ def volume_snapshots(
             },
             "spec": {
                 "volumeSnapshotClassName": preset.volume_snapshot_class,
-                "source": {"persistentVolumeClaimName": claim_name(ws, preset.runtime)},
+                "source": {"persistentVolumeClaimName": claim},
             },
         }
         out[key(s.name)] = settled(manifest, key(s.name), observed)

@@ -9,8 +9,15 @@ from dataclasses import dataclass, replace
 from datetime import UTC
 from typing import Any, Literal
 
-from function.compose import sandbox, snapshots, virtual_machine, workspace_volume
-from function.compose.names import claim_name, sandbox_name, snapshot_name
+from function.compose import (
+    sandbox,
+    snapshots,
+    statefulset,
+    virtual_machine,
+    workspace_claim,
+    workspace_volume,
+)
+from function.compose.names import claim_name, plane_namespace, sandbox_name, snapshot_name
 from function.compose.observed import condition, dig
 from function.compose.readiness import DISK_READY_PHASES
 from function.model import Manifest, Observed
@@ -144,6 +151,28 @@ def _pod_progress(ws: WorkspaceSandbox, observed: Observed) -> Progress:  # a ph
     )
 
 
+def _statefulset_progress(ws: WorkspaceSandbox, observed: Observed) -> Progress:
+    sts = observed.get(statefulset.KEY)
+    running = _pending("Suspended", "PowerRunning", "spec.power is Running")
+    if sts is None:
+        waiting = _pending("Provisioned", "Creating", "waiting for the StatefulSet to be created")
+        not_yet = _pending("Suspended", "Creating", "not created yet")
+        return Progress("Pending", waiting, not_yet if ws.spec.power == "Suspended" else running)
+    if ws.spec.power == "Suspended":
+        kept = _done("Provisioned", "Provisioned", "the workspace claim is kept")
+        if statefulset.stopped(sts):
+            stopped = _done("Suspended", "Suspended", "the pod is gone; the workspace is kept")
+            return Progress("Suspended", kept, stopped)
+        why = "waiting for the StatefulSet to scale to zero"
+        return Progress("Suspending", kept, _pending("Suspended", "Suspending", why))
+    if statefulset.ready(sts):
+        up = _done("Provisioned", "Provisioned", "the pod is running and ready")
+        return Progress("Running", up, running)
+    phase = dig(observed.get(workspace_claim.KEY), "status", "phase") or "not reported yet"
+    why = f"waiting for the pod to become ready (workspace claim {phase})"
+    return Progress("Provisioning", _pending("Provisioned", "StartingPod", why), running)
+
+
 def _snapshot(
     ws: WorkspaceSandbox, name: str, desired: dict[str, Manifest], observed: Observed, why: str
 ) -> dict[str, Any]:
@@ -188,6 +217,19 @@ def _lifetime_expired(progress: Progress, deadline: str) -> Progress:
     return replace(progress, suspended=Condition("Suspended", held.status, "LifetimeExpired", why))
 
 
+def _where(ws: WorkspaceSandbox, observed: Observed, plane: str | None) -> dict[str, str]:
+    """Where the gateway reaches the sandbox, and which claim holds its workspace."""
+    out = {} if plane is None else {"computePlane": plane}
+    namespace = ws.metadata.namespace if plane is None else plane_namespace(ws)
+    if "service" in observed:
+        out["endpoint"] = f"{sandbox_name(ws)}.{namespace}.svc"
+    if workspace_volume.KEY in observed or workspace_claim.KEY in observed:
+        out["workspaceVolume"] = claim_name(ws)
+    elif sandbox.observed_claims(observed):
+        out["workspaceVolume"] = claim_name(ws, templated=True)
+    return out
+
+
 def workspace_status(
     ws: WorkspaceSandbox,
     preset_name: str,
@@ -197,13 +239,25 @@ def workspace_status(
     *,
     expired: bool,
     restoring: str | None,
+    plane: str | None = None,
+    plane_waiting: str | None = None,
 ) -> tuple[dict[str, Any], tuple[Condition, ...], bool]:
-    """The XR's whole status, its conditions, and whether the sandbox is usable now."""
-    progress = (
-        _progress(ws, observed) if preset.runtime == "kubevirt" else _pod_progress(ws, observed)
-    )
+    """The XR's whole status, its conditions, and whether the sandbox is usable now.
+
+    For the ComputePlane placements, `observed` is what the Objects observe inside the plane,
+    `plane` the plane's name, and `plane_waiting` why nothing is placed in it yet.
+    """
+    if preset.runtime == "kubevirt":
+        progress = _progress(ws, observed)
+    elif statefulset.KEY in desired:
+        progress = _statefulset_progress(ws, observed)
+    else:
+        progress = _pod_progress(ws, observed)
     if restoring is not None:
         waiting = _pending("Provisioned", "WaitingForRestoreSnapshot", restoring)
+        progress = replace(progress, phase="Pending", provisioned=waiting)
+    if plane_waiting is not None:
+        waiting = _pending("Provisioned", "WaitingForComputePlane", plane_waiting)
         progress = replace(progress, phase="Pending", provisioned=waiting)
     deadline = ws.spec.lifetime.suspend_at
     shown = deadline.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if deadline else None
@@ -221,10 +275,7 @@ def workspace_status(
         "placement": preset.placement,
         "snapshots": entries,
     }
-    if "service" in observed:
-        status["endpoint"] = f"{sandbox_name(ws)}.{ws.metadata.namespace}.svc"
-    if workspace_volume.KEY in observed or sandbox.KEY in observed:
-        status["workspaceVolume"] = claim_name(ws, preset.runtime)
+    status |= _where(ws, observed, plane)
     if shown:
         status["suspendAt"] = shown
     conditions = (progress.provisioned, progress.suspended, _snapshots_condition(entries))

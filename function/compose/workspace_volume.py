@@ -1,12 +1,14 @@
 """The workspace disk: a standalone CDI DataVolume, so it outlives the VM."""
 
-from function.compose import sandbox
+from decimal import Decimal
+
+from function.compose import kubernetes_object, sandbox, workspace_claim
 from function.compose.names import labels, workspace_volume_name
 from function.compose.observed import dig, settled
 from function.compose.sizing import Size
 from function.errors import FieldError
 from function.model import Manifest, Observed
-from function.model.platform import Image, Preset
+from function.model.platform import Image, Preset, SandboxPlatform
 from function.model.quantity import format_bytes, parse_bytes
 from function.model.spec import WorkspaceSandbox
 
@@ -29,26 +31,37 @@ def _source(ws: WorkspaceSandbox, image: Image) -> dict[str, object]:
     return {"source": {"pvc": src.pvc.model_dump()}}
 
 
-def _current_size(observed: Observed) -> object:
-    """The existing workspace disk's size: a DataVolume's, or a Sandbox's claim template's."""
-    have = dig(observed.get(KEY), "spec", "storage", "resources", "requests", "storage")
-    if have is not None:
-        return have
-    claims = sandbox.observed_claims(observed)
-    if claims:
-        return dig(claims[0], "spec", "resources", "requests", "storage")
-    return None
+GROW_KEY = "workspace-volume-size"
 
 
-def resize_warnings(ws: WorkspaceSandbox, size: Size, observed: Observed) -> list[str]:
-    """Refuse a smaller disk; explain that a larger one isn't applied to an existing disk."""
-    have = _current_size(observed)
-    # Leaving the size out keeps whatever the disk has, even if the preset's default changed.
-    if ws.spec.resources.disk is None or not isinstance(have, str):
-        return []
+def _requested(obj: object, *path: str) -> Decimal | None:
+    have = dig(obj, *path, "resources", "requests", "storage")
     try:
-        current = parse_bytes(have)
+        return parse_bytes(have) if isinstance(have, str) else None
     except ValueError:
+        return None
+
+
+def _current_size(observed: Observed) -> Decimal | None:
+    """The existing workspace disk's size, as last asked for by anything we compose."""
+    claims = sandbox.observed_claims(observed)
+    sizes = [
+        _requested(observed.get(KEY), "spec", "storage"),
+        _requested(observed.get(GROW_KEY), "spec", "forProvider", "manifest", "spec"),
+        _requested(observed.get(workspace_claim.KEY), "spec"),
+        _requested(claims[0] if claims else None, "spec"),
+    ]
+    known = [s for s in sizes if s is not None]
+    return max(known) if known else None
+
+
+def resize_warnings(
+    ws: WorkspaceSandbox, size: Size, observed: Observed, platform: SandboxPlatform
+) -> list[str]:
+    """Refuse a smaller disk; say when a larger one can't be applied to the existing disk."""
+    current = _current_size(observed)
+    # Leaving the size out keeps whatever the disk has, even if the preset's default changed.
+    if ws.spec.resources.disk is None or current is None:
         return []
     if size.disk < current:
         raise FieldError(
@@ -56,11 +69,49 @@ def resize_warnings(ws: WorkspaceSandbox, size: Size, observed: Observed) -> lis
             f"{format_bytes(size.disk)} is smaller than the workspace disk already is "
             f"({format_bytes(current)}); disks never shrink",
         )
-    if size.disk > current:
-        stays = f"the workspace disk stays at {format_bytes(current)}"
-        why = "its DataVolume or claim template can't be changed after creation"
-        return [f"spec.resources.disk: {stays}; {why}"]
-    return []
+    if size.disk == current or workspace_claim.KEY in observed:
+        return []
+    if KEY in observed and platform.disk_expansion is not None:
+        return []
+    stays = f"the workspace disk stays at {format_bytes(current)}"
+    if KEY in observed:
+        why = "the platform sets no diskExpansion, and a DataVolume can't change after creation"
+    else:
+        why = "this Sandbox's claim template can't change after creation"
+    return [f"spec.resources.disk: {stays}; {why}"]
+
+
+def growth(
+    ws: WorkspaceSandbox, platform: SandboxPlatform, size: Size, observed: Observed
+) -> dict[str, Manifest]:
+    """A VM's workspace PVC, patched to the requested size when that is more than it was made.
+
+    The Object only observes and updates (no create, no delete): it can't make a PVC, and
+    deleting it leaves the PVC alone. Once composed it stays, so the size never falls back.
+    """
+    expansion, made = platform.disk_expansion, _requested(observed.get(KEY), "spec", "storage")
+    if expansion is None or made is None:
+        return {}
+    grown = _requested(observed.get(GROW_KEY), "spec", "forProvider", "manifest", "spec")
+    want = size.disk if ws.spec.resources.disk is not None else (grown or made)
+    if want <= made and grown is None:
+        return {}
+    patch: Manifest = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": workspace_volume_name(ws), "namespace": ws.metadata.namespace},
+        "spec": {"resources": {"requests": {"storage": format_bytes(max(want, made))}}},
+    }
+    ref = {"kind": "ClusterProviderConfig", "name": expansion.cluster_provider_config}
+    obj = kubernetes_object.wrap(
+        ws,
+        GROW_KEY,
+        patch,
+        ref,
+        management=["Observe", "Update"],
+        ready_when=kubernetes_object.GROWN,
+    )
+    return {GROW_KEY: obj}
 
 
 def workspace_volume(

@@ -18,7 +18,7 @@ from function.model.blocklist import blocked
 from function.model.names import DnsLabel, DnsSubdomain, LabelKey, LabelValue
 from function.model.types import Bool, Bytes, Cidr, Cpu, Duration, Int, IpAddress, Port
 
-Runtime = Literal["kubevirt", "kata", "gvisor"]
+Runtime = Literal["kubevirt", "kata", "gvisor", "container"]
 Placement = Literal["Namespace", "SharedComputePlane", "DedicatedComputePlane"]
 
 _DIGEST_PINNED = re.compile(r"[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+(:[\w.-]+)?@sha256:[0-9a-f]{64}")
@@ -119,6 +119,46 @@ class PodOptions(Model):
 
 
 DEFAULT_RUNTIME_CLASS = {"kata": "kata-clh", "gvisor": "gvisor"}
+# The role the ComputePlane chart requires of at least one node group: its ingress-nginx
+# controller schedules only onto such nodes.
+INGRESS_ROLE = "ingress-nginx"
+
+
+class NodeGroup(Model):
+    """One worker group of a dedicated ComputePlane, as its chart's nodeGroups entry."""
+
+    instance_type: DnsSubdomain = "u1.medium"
+    disk_size: Bytes = Decimal(20 * 2**30)
+    min_replicas: Annotated[Int, Field(ge=0, le=100)] = 0
+    max_replicas: Annotated[Int, Field(ge=1, le=100)] = 1
+    roles: tuple[DnsSubdomain, ...] = ()
+    storage_class: DnsSubdomain | None = None
+
+    @model_validator(mode="after")
+    def _min_within_max(self) -> "NodeGroup":
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("minReplicas is larger than maxReplicas")
+        return self
+
+
+class ComputePlaneOptions(Model):
+    """Where a ComputePlane placement puts sandboxes, and what the plane offers them."""
+
+    # SharedComputePlane: the tenant's existing ComputePlane, in the tenant's namespace.
+    name: DnsLabel | None = None
+    # DedicatedComputePlane: the worker groups of the plane composed for each sandbox.
+    node_groups: dict[DnsLabel, NodeGroup] = Field(default_factory=dict)
+    # Whether the plane runs the agent-sandbox controller: the workload is then a Sandbox,
+    # else a one-replica StatefulSet.
+    agent_sandbox: Bool = False
+    # The admin kubeconfig Secret is `<plane>` + this suffix, in the tenant's namespace; only
+    # provider-kubernetes reads it (the function checks that it exists, by name).
+    kubeconfig_secret_suffix: Annotated[
+        str, Field(pattern=r"^-[a-z0-9-]*[a-z0-9]$", max_length=40)
+    ] = "-cluster-admin-kubeconfig"  # noqa: S105  # a name suffix, not a secret
+    kubeconfig_key: Annotated[str, Field(pattern=r"^[-._a-zA-Z0-9]+$", max_length=253)] = (
+        "super-admin.svc"
+    )
 
 
 class Preset(Model):
@@ -140,6 +180,44 @@ class Preset(Model):
     kubevirt: KubeVirtOptions = KubeVirtOptions()
     pod: PodOptions = PodOptions()
     scheduling: Scheduling = Scheduling()
+    compute_plane: ComputePlaneOptions | None = None
+
+    @model_validator(mode="after")
+    def _placed_consistently(self) -> "Preset":
+        plane = self.compute_plane
+        if self.placement == "Namespace":
+            if plane is not None:
+                raise ValueError("computePlane is only for the ComputePlane placements")
+            if self.runtime == "container":
+                raise ValueError(
+                    "runtime container is only for the ComputePlane placements, where the "
+                    "plane's own virtual machines isolate it"
+                )
+            return self
+        if self.runtime == "kubevirt":
+            raise ValueError(
+                f"placement {self.placement} runs pods inside the plane: use runtime "
+                "container, gvisor or kata"
+            )
+        if plane is None:
+            raise ValueError(f"placement {self.placement} needs computePlane")
+        if self.placement == "SharedComputePlane":
+            if plane.name is None or plane.node_groups:
+                raise ValueError(
+                    "a SharedComputePlane preset names the tenant's plane (computePlane.name) "
+                    "and sets no nodeGroups"
+                )
+            return self
+        if plane.name is not None:
+            raise ValueError(
+                "a DedicatedComputePlane preset composes its plane: drop computePlane.name"
+            )
+        if not any(INGRESS_ROLE in g.roles for g in plane.node_groups.values()):
+            raise ValueError(
+                f"computePlane.nodeGroups needs a group with roles [{INGRESS_ROLE}]: the "
+                "ComputePlane chart requires one"
+            )
+        return self
 
     @property
     def runtime_class(self) -> str | None:
@@ -199,6 +277,16 @@ class PlatformNetwork(Model):
         return self
 
 
+class DiskExpansion(Model):
+    """How a VM's workspace disk grows.
+
+    CDI never changes a DataVolume once created, so its PVC is patched through
+    provider-kubernetes, with this ClusterProviderConfig's identity.
+    """
+
+    cluster_provider_config: DnsSubdomain
+
+
 class SandboxPlatform(Model):
     api_version: Literal["sandbox.fn.cozystack.io/v1beta1"]
     kind: Literal["SandboxPlatform"]
@@ -208,6 +296,7 @@ class SandboxPlatform(Model):
     images: Annotated[dict[Annotated[str, Field(max_length=63)], Image], Field(min_length=1)]
     gateway: Gateway
     network: PlatformNetwork = PlatformNetwork()
+    disk_expansion: DiskExpansion | None = None
 
     @model_validator(mode="after")
     def _default_preset_offered(self) -> "SandboxPlatform":

@@ -39,6 +39,7 @@ def test_a_pod_preset_renders_a_sandbox_and_no_vm(preset: str) -> None:
         "sandbox",
         "service",
         "service-account",
+        "workspace-claim",
     ]
     for manifest in out.resources.values():
         applied = {**manifest, "metadata": {**manifest["metadata"], "namespace": NAMESPACE}}
@@ -121,22 +122,27 @@ def test_the_runtime_overhead_is_added_so_the_sandbox_keeps_its_size() -> None:
 def test_the_workspace_claim_is_mounted_as_the_working_directory() -> None:
     out = run({"preset": "kata", "resources": {"disk": "30Gi"}})
     spec = out.resources["sandbox"]["spec"]
-    assert spec["volumeClaimTemplates"] == [
-        {
-            "metadata": {
-                "name": "workspace",
-                "labels": {
-                    "app.kubernetes.io/managed-by": "function-workspace-sandbox",
-                    "sandbox.cozystack.io/workspace": "alice-api",
-                },
+    assert "volumeClaimTemplates" not in spec
+    assert out.resources["workspace-claim"] == {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": "alice-api-workspace",
+            "labels": {
+                "app.kubernetes.io/managed-by": "function-workspace-sandbox",
+                "sandbox.cozystack.io/workspace": "alice-api",
             },
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": "replicated",
-                "resources": {"requests": {"storage": "30Gi"}},
-            },
-        }
-    ]
+        },
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "replicated",
+            "resources": {"requests": {"storage": "30Gi"}},
+        },
+    }
+    assert {
+        "name": "workspace",
+        "persistentVolumeClaim": {"claimName": "alice-api-workspace"},
+    } in spec["podTemplate"]["spec"]["volumes"]
     container = spec["podTemplate"]["spec"]["containers"][0]
     assert container["workingDir"] == "/workspace"
     assert {"name": "workspace", "mountPath": "/workspace"} in container["volumeMounts"]
@@ -155,12 +161,28 @@ def test_power_sets_the_operating_mode(power: str, mode: str) -> None:
 
 
 def test_snapshots_are_of_the_sandbox_claim() -> None:
-    observed = {"sandbox": ready("True", "DependenciesReady")}
+    observed = {
+        "sandbox": ready("True", "DependenciesReady"),
+        "workspace-claim": {"spec": {}, "status": {"phase": "Bound"}},
+    }
+    out = run({"preset": "kata", "snapshots": [{"name": "nightly"}]}, observed)
+    assert out.resources["snapshot-nightly"]["spec"]["source"] == {
+        "persistentVolumeClaimName": "alice-api-workspace"
+    }
+    assert out.status["workspaceVolume"] == "alice-api-workspace"
+
+
+def test_an_older_sandbox_snapshots_its_templated_claim() -> None:
+    claims = [{"metadata": {"name": "workspace"}, "spec": {}}]
+    observed = {
+        "sandbox": {**ready("True", "DependenciesReady"), "spec": {"volumeClaimTemplates": claims}}
+    }
     out = run({"preset": "kata", "snapshots": [{"name": "nightly"}]}, observed)
     assert out.resources["snapshot-nightly"]["spec"]["source"] == {
         "persistentVolumeClaimName": "workspace-alice-api"
     }
     assert out.status["workspaceVolume"] == "workspace-alice-api"
+    assert "workspace-claim" not in out.resources
 
 
 def test_restore_puts_the_snapshot_on_the_claim_once_it_is_ready() -> None:
@@ -169,7 +191,7 @@ def test_restore_puts_the_snapshot_on_the_claim_once_it_is_ready() -> None:
     assert "sandbox" not in waiting.resources
     snapshot = {"status": {"readyToUse": True, "restoreSize": "25Gi"}}
     out = run(spec, required={"restore-snapshot": [snapshot]})
-    claim = out.resources["sandbox"]["spec"]["volumeClaimTemplates"][0]["spec"]
+    claim = out.resources["workspace-claim"]["spec"]
     assert claim["dataSource"] == {
         "apiGroup": "snapshot.storage.k8s.io",
         "kind": "VolumeSnapshot",
@@ -190,6 +212,10 @@ def test_an_existing_sandbox_keeps_its_claim_templates() -> None:
         {"sandbox": {"spec": {"volumeClaimTemplates": claims}}},
     )
     assert out.resources["sandbox"]["spec"]["volumeClaimTemplates"] == claims
+    # The templated claim is mounted by the controller under the template's name.
+    volumes = out.resources["sandbox"]["spec"]["podTemplate"]["spec"]["volumes"]
+    assert [v["name"] for v in volumes] == ["tmp"]
+    assert "workspace-claim" not in out.resources
 
 
 @pytest.mark.parametrize(
@@ -254,6 +280,57 @@ def test_status_and_readiness_follow_the_observed_sandbox(
     assert out.composite_ready is (phase == "Running")
 
 
+def _claim(size: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "replicated",
+            "resources": {"requests": {"storage": size}},
+            "volumeMode": "Filesystem",
+            "volumeName": "pvc-1234",
+            **spec,
+        },
+        "status": {"phase": "Bound", "capacity": {"storage": size}},
+    }
+
+
+def test_a_pod_sandbox_disk_grows_by_raising_its_claim() -> None:
+    observed = {"sandbox": ready("True"), "workspace-claim": _claim("30Gi")}
+    grown = run({"preset": "kata", "resources": {"disk": "40Gi"}}, observed)
+    assert grown.warnings == []
+    assert grown.resources["workspace-claim"]["spec"] == {
+        "accessModes": ["ReadWriteOnce"],
+        "storageClassName": "replicated",
+        "volumeMode": "Filesystem",
+        "resources": {"requests": {"storage": "40Gi"}},
+    }
+
+
+def test_a_claim_keeps_what_is_fixed_at_creation() -> None:
+    source = {"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": "old"}
+    observed = {
+        "sandbox": ready("True"),
+        "workspace-claim": _claim("30Gi", storageClassName="old-class", dataSource=source),
+    }
+    changed = {**platform_input()["presets"]["kata"], "storageClass": "new-class"}
+    p = platform(presets={**platform_input()["presets"], "kata": changed})
+    out = run({"preset": "kata", "restoreFrom": {"snapshot": "old"}}, observed, p=p)
+    spec = out.resources["workspace-claim"]["spec"]
+    assert (spec["storageClassName"], spec["dataSource"]) == ("old-class", source)
+    # No size in the spec keeps the disk's, even where the preset's default is smaller.
+    assert spec["resources"] == {"requests": {"storage": "30Gi"}}
+
+
+def test_a_pod_sandbox_claim_never_shrinks() -> None:
+    observed = {"sandbox": ready("True"), "workspace-claim": _claim("30Gi")}
+    with pytest.raises(FieldError) as err:
+        run({"preset": "kata", "resources": {"disk": "20Gi"}}, observed)
+    assert str(err.value) == (
+        "spec.resources.disk: 20Gi is smaller than the workspace disk already is (30Gi); "
+        "disks never shrink"
+    )
+
+
 def test_a_pod_sandbox_disk_never_shrinks_and_warns_on_growth() -> None:
     claims = [
         {
@@ -270,5 +347,5 @@ def test_a_pod_sandbox_disk_never_shrinks_and_warns_on_growth() -> None:
     )
     grown = run({"preset": "kata", "resources": {"disk": "40Gi"}}, observed)
     assert grown.warnings == [
-        "spec.resources.disk: the workspace disk stays at 30Gi; its DataVolume or claim template can't be changed after creation"
+        "spec.resources.disk: the workspace disk stays at 30Gi; this Sandbox's claim template can't change after creation"
     ]

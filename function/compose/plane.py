@@ -1,0 +1,330 @@
+"""ComputePlane placements: the sandbox runs inside a Cozystack ComputePlane cluster.
+
+A ComputePlane is a tenant's own Kamaji cluster whose workers are KubeVirt VMs. A
+`DedicatedComputePlane` preset composes one per sandbox; a `SharedComputePlane` preset places
+sandboxes into the tenant's existing plane, which this function never composes or changes.
+
+The plane's admin kubeconfig is withheld from the tenant. A namespaced provider-kubernetes
+ProviderConfig points at its Secret, and every object placed in the plane is an `Object` using
+it. The function itself only asks Crossplane whether that Secret exists (by name); it never
+reads its data.
+
+Work is placed in stages, each once the previous one is observed ready: the sandbox's namespace
+(Pod Security "restricted"); then its quota, limits, ServiceAccount, network policies, Service
+and workspace claim; then the workload and its snapshots. So the pod never runs before the
+policies that isolate it exist. Once anything is placed, everything stays in the desired state
+whatever the plane reports, so a plane that is briefly unready never makes Crossplane delete a
+workspace.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from function.compose import kubernetes_object, snapshots, statefulset, workspace_claim
+from function.compose.names import (
+    labels,
+    plane_name,
+    plane_namespace,
+    provider_config_name,
+)
+from function.compose.network_policy import CILIUM_KEY, KUBERNETES_KEY, network_policies
+from function.compose.observed import condition, dig
+from function.compose.sandbox import container_resources, sandbox
+from function.compose.service import KEY as SERVICE_KEY
+from function.compose.service import service
+from function.compose.service_account import KEY as SERVICE_ACCOUNT_KEY
+from function.compose.service_account import service_account
+from function.compose.sizing import Size
+from function.errors import FieldError
+from function.model import Manifest, Observed
+from function.model.platform import ComputePlaneOptions, Image, Preset, SandboxPlatform
+from function.model.quantity import format_bytes
+from function.model.spec import WorkspaceSandbox
+
+PLANE_KEY = "compute-plane"
+PROVIDER_CONFIG_KEY = "plane-access"
+NAMESPACE_KEY = "plane-namespace"
+QUOTA_KEY = "plane-quota"
+LIMITS_KEY = "plane-limits"
+
+PLANE_REQUIREMENT = "compute-plane"
+SECRET_REQUIREMENT = "plane-kubeconfig"  # noqa: S105  # a requirement's name
+
+PLANE_API = "apps.cozystack.io/v1alpha1"
+PROVIDER_CONFIG_API = "kubernetes.m.crossplane.io/v1alpha1"
+
+# The dedicated plane dies with the sandbox and takes everything in it along; deleting each
+# object first would only wait on a cluster that is going away.
+DEDICATED_MANAGEMENT = ["Observe", "Create", "Update"]
+POD_SECURITY = {
+    f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "audit", "warn")
+}
+_STAGES = (
+    (NAMESPACE_KEY,),
+    (
+        QUOTA_KEY,
+        LIMITS_KEY,
+        SERVICE_ACCOUNT_KEY,
+        CILIUM_KEY,
+        KUBERNETES_KEY,
+        SERVICE_KEY,
+        workspace_claim.KEY,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Plane:
+    name: str
+    resources: dict[str, Manifest] = field(default_factory=dict)
+    """The dedicated ComputePlane itself; nothing for a shared one."""
+    requirements: dict[str, dict[str, str]] = field(default_factory=dict)
+    waiting: str | None = None
+    """Why nothing can be placed into the plane yet."""
+
+
+def _options(preset: Preset) -> ComputePlaneOptions:
+    options = preset.compute_plane
+    assert options is not None  # noqa: S101  # Preset demands it for these placements.
+    return options
+
+
+def _compute_plane(ws: WorkspaceSandbox, options: ComputePlaneOptions) -> Manifest:
+    groups: dict[str, Any] = {}
+    for name, g in sorted(options.node_groups.items()):
+        group: dict[str, Any] = {
+            "minReplicas": g.min_replicas,
+            "maxReplicas": g.max_replicas,
+            "instanceType": g.instance_type,
+            "diskSize": format_bytes(g.disk_size),
+            "roles": list(g.roles),
+        }
+        if g.storage_class is not None:
+            group["storageClass"] = g.storage_class
+        groups[name] = group
+    return {
+        "apiVersion": PLANE_API,
+        "kind": "ComputePlane",
+        "metadata": {"name": plane_name(ws), "labels": labels(ws)},
+        "spec": {"nodeGroups": groups},
+    }
+
+
+def _not_ready(kind: str, name: str, obj: Any) -> str | None:
+    ready = condition(obj, "Ready") or {}
+    if ready.get("status") == "True":
+        return None
+    why = ready.get("message") or ready.get("reason") or "not reported yet"
+    return f"waiting for {kind} {name!r} to be ready: {why}"
+
+
+def compute_plane(
+    ws: WorkspaceSandbox,
+    preset_name: str,
+    preset: Preset,
+    observed: Observed,
+    required: dict[str, list[Manifest]],
+) -> Plane:
+    """The plane this sandbox runs in, and whether work can be placed into it now."""
+    options, namespace = _options(preset), ws.metadata.namespace
+    name = plane_name(ws) if options.name is None else options.name
+    secret = name + options.kubeconfig_secret_suffix
+    asks = {
+        SECRET_REQUIREMENT: {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "name": secret,
+            "namespace": namespace,
+        }
+    }
+    if preset.placement == "DedicatedComputePlane":
+        resources = {PLANE_KEY: _compute_plane(ws, options)}
+        seen: Any = observed.get(PLANE_KEY)
+        if seen is None:
+            return Plane(name, resources, asks, f"waiting for ComputePlane {name!r} to be created")
+    else:
+        resources = {}
+        asks[PLANE_REQUIREMENT] = {
+            "apiVersion": PLANE_API,
+            "kind": "ComputePlane",
+            "name": name,
+            "namespace": namespace,
+        }
+        found = required.get(PLANE_REQUIREMENT) or []
+        if not found:
+            missing = (
+                f"ComputePlane {name!r} does not exist in namespace {namespace!r}; preset "
+                f"{preset_name!r} places sandboxes into it, so create it first"
+            )
+            return Plane(name, resources, asks, missing)
+        seen = found[0]
+    if (why := _not_ready("ComputePlane", name, seen)) is not None:
+        return Plane(name, resources, asks, why)
+    # Existence only: the Secret's data is never looked at.
+    if not required.get(SECRET_REQUIREMENT):
+        absent = f"waiting for ComputePlane {name!r}'s kubeconfig Secret {secret!r}"
+        return Plane(name, resources, asks, absent)
+    return Plane(name, resources, asks)
+
+
+def provider_config(ws: WorkspaceSandbox, preset: Preset, plane: str) -> dict[str, Manifest]:
+    options = _options(preset)
+    return {
+        PROVIDER_CONFIG_KEY: {
+            "apiVersion": PROVIDER_CONFIG_API,
+            "kind": "ProviderConfig",
+            "metadata": {"name": provider_config_name(ws), "labels": labels(ws)},
+            "spec": {
+                "credentials": {
+                    "source": "Secret",
+                    "secretRef": {
+                        "namespace": ws.metadata.namespace,
+                        "name": plane + options.kubeconfig_secret_suffix,
+                        "key": options.kubeconfig_key,
+                    },
+                }
+            },
+        }
+    }
+
+
+def _namespace(ws: WorkspaceSandbox) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": plane_namespace(ws), "labels": {**labels(ws), **POD_SECURITY}},
+    }
+
+
+def _quota(ws: WorkspaceSandbox, preset: Preset, size: Size) -> Manifest:
+    """Room for exactly this sandbox: one pod of its size, one claim, one ClusterIP Service."""
+    limits = container_resources(preset, size)["limits"]
+    hard = {
+        **{f"requests.{k}": v for k, v in limits.items()},
+        **{f"limits.{k}": v for k, v in limits.items()},
+        "requests.storage": format_bytes(size.disk),
+        "persistentvolumeclaims": "1",
+        "pods": "1",
+        "services": "1",
+        "services.loadbalancers": "0",
+        "services.nodeports": "0",
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "sandbox", "labels": labels(ws)},
+        "spec": {"hard": dict(sorted(hard.items()))},
+    }
+
+
+def _limits(ws: WorkspaceSandbox, preset: Preset, size: Size) -> Manifest:
+    limits = container_resources(preset, size)["limits"]
+    return {
+        "apiVersion": "v1",
+        "kind": "LimitRange",
+        "metadata": {"name": "sandbox", "labels": labels(ws)},
+        "spec": {
+            "limits": [
+                {
+                    "type": "Container",
+                    "default": limits,
+                    "defaultRequest": dict(limits),
+                    "max": dict(limits),
+                },
+                {"type": "PersistentVolumeClaim", "max": {"storage": format_bytes(size.disk)}},
+            ]
+        },
+    }
+
+
+def _inside_platform(platform: SandboxPlatform) -> SandboxPlatform:
+    """Inside the plane no tenant baseline allows anything, so allow rules restrict."""
+    network = platform.network.model_copy(update={"namespaces_allow_internet": False})
+    return platform.model_copy(update={"network": network})
+
+
+def workload(
+    ws: WorkspaceSandbox,
+    *,
+    preset_name: str,
+    preset: Preset,
+    platform: SandboxPlatform,
+    image: Image,
+    size: Size,
+    inside: Observed,
+) -> dict[str, Manifest]:
+    """Everything placed inside the plane, unwrapped, keyed like the resources they become."""
+    if ws.spec.restore_from is not None:
+        raise FieldError(
+            "spec.restoreFrom",
+            f"preset {preset_name!r} places each sandbox in its own namespace of a "
+            "ComputePlane, and a claim can only be restored from a snapshot in its own "
+            "namespace; restore into a sandbox of a Namespace preset",
+        )
+    pod = (sandbox if _options(preset).agent_sandbox else statefulset.statefulset)(
+        ws, preset, platform, image, size
+    )
+    return {
+        NAMESPACE_KEY: _namespace(ws),
+        QUOTA_KEY: _quota(ws, preset, size),
+        LIMITS_KEY: _limits(ws, preset, size),
+        **service_account(ws),
+        **network_policies(ws, preset, _inside_platform(platform)),
+        **service(ws, platform),
+        workspace_claim.KEY: workspace_claim.claim(ws, preset, size, inside),
+        **pod,
+        **snapshots.volume_snapshots(ws, preset_name, preset, inside),
+    }
+
+
+def _settled(key: str, observed: Observed, ready: dict[str, bool]) -> bool:
+    # A claim of a WaitForFirstConsumer class binds only once its pod exists: waiting for it to
+    # be bound before placing the pod would wait forever.
+    return ready.get(key, False) or (key == workspace_claim.KEY and key in observed)
+
+
+def _staged(
+    placed: dict[str, Manifest], observed: Observed, ready: dict[str, bool]
+) -> dict[str, Manifest]:
+    """What may be placed now: each stage once the one before is ready, and all placed so far."""
+    out: dict[str, Manifest] = {}
+    for stage in (*_STAGES, tuple(placed)):
+        out |= {k: placed[k] for k in stage if k in placed}
+        if not all(_settled(k, observed, ready) for k in stage if k in placed):
+            break
+    return out | {k: m for k, m in placed.items() if k in observed}
+
+
+def place(
+    ws: WorkspaceSandbox,
+    *,
+    preset: Preset,
+    plane: str,
+    inner: dict[str, Manifest],
+    observed: Observed,
+    ready: dict[str, bool],
+) -> dict[str, Manifest]:
+    """The ProviderConfig and an Object per placed resource, in the plane's sandbox namespace."""
+    ref = {"kind": "ProviderConfig", "name": provider_config_name(ws)}
+    namespace = plane_namespace(ws)
+    dedicated = preset.placement == "DedicatedComputePlane"
+    out = provider_config(ws, preset, plane)
+    for key, manifest in _staged(inner, observed, ready).items():
+        keep_deletes = not dedicated or key.startswith(snapshots.PREFIX)
+        out[key] = kubernetes_object.wrap(
+            ws,
+            key,
+            manifest,
+            ref,
+            namespace=None if key == NAMESPACE_KEY else namespace,
+            management=None if keep_deletes else DEDICATED_MANAGEMENT,
+        )
+    return out
+
+
+def placed(observed: Observed) -> bool:
+    """Whether anything is already in the plane: then nothing may leave the desired state."""
+    return any(
+        dig(obj, "kind") == "Object" and dig(obj, "apiVersion") == kubernetes_object.API_VERSION
+        for obj in observed.values()
+    )
