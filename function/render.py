@@ -156,6 +156,7 @@ def _render_in_plane(
     warnings = resize_warnings(ws, sized, inside, platform)
     resources = dict(target.resources)
     inner: dict[str, Manifest] = {}
+    placing = None
     if target.waiting is None or plane.placed(observed):
         parts = plane.workload(
             ws,
@@ -171,6 +172,7 @@ def _render_in_plane(
             ws, preset=preset, plane=target.name, inner=parts, observed=observed, ready=ready
         )
         inner = {k: parts[k] for k in parts if k in resources}
+        placing = plane.placing(target.name, resources, observed, ready)
     status, conditions, usable = workspace_status(
         ws,
         preset_name,
@@ -181,6 +183,7 @@ def _render_in_plane(
         restoring=None,
         plane=target.name,
         plane_waiting=target.waiting,
+        placing=placing,
     )
     return Rendered(
         resources,

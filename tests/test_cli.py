@@ -18,6 +18,8 @@ def render_args(case: Path) -> list[str]:
     args = ["render", str(case / "xr.yaml"), "--include-results", "--now", NOW]
     if (case / "observed.yaml").exists():
         args += ["--observed", str(case / "observed.yaml")]
+    if (case / "required.yaml").exists():
+        args += ["--required", str(case / "required.yaml")]
     return args
 
 

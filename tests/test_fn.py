@@ -224,8 +224,10 @@ async def test_a_grown_vm_disk_never_falls_back_or_shrinks() -> None:
     assert manifest["spec"]["resources"]["requests"]["storage"] == "40Gi"
     shrunk = await run(request(xr({"resources": {"disk": "30Gi"}}), observed))
     assert [r.message for r in shrunk.results] == [
-        "spec.resources.disk: 30Gi is smaller than the workspace disk already is (40Gi); "
-        "disks never shrink"
+        (
+            "spec.resources.disk: 30Gi is smaller than the workspace disk already is (40Gi); "
+            "disks never shrink"
+        )
     ]
 
 

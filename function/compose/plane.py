@@ -29,6 +29,7 @@ from function.compose.names import (
 )
 from function.compose.network_policy import CILIUM_KEY, KUBERNETES_KEY, network_policies
 from function.compose.observed import condition, dig
+from function.compose.sandbox import KEY as SANDBOX_KEY
 from function.compose.sandbox import container_resources, sandbox
 from function.compose.service import KEY as SERVICE_KEY
 from function.compose.service import service
@@ -328,3 +329,14 @@ def placed(observed: Observed) -> bool:
         dig(obj, "kind") == "Object" and dig(obj, "apiVersion") == kubernetes_object.API_VERSION
         for obj in observed.values()
     )
+
+
+def placing(
+    plane: str, placed: dict[str, Manifest], observed: Observed, ready: dict[str, bool]
+) -> str | None:
+    """What placing the workload still waits for, while it isn't placed."""
+    if any(k in placed for k in (SANDBOX_KEY, statefulset.KEY)):
+        return None
+    waiting = [k for k in placed if k != PROVIDER_CONFIG_KEY and not _settled(k, observed, ready)]
+    shown = ", ".join(sorted(waiting)) or "the plane"
+    return f"placing the sandbox into ComputePlane {plane!r}: waiting for {shown}"

@@ -241,15 +241,17 @@ def workspace_status(
     restoring: str | None,
     plane: str | None = None,
     plane_waiting: str | None = None,
+    placing: str | None = None,
 ) -> tuple[dict[str, Any], tuple[Condition, ...], bool]:
     """The XR's whole status, its conditions, and whether the sandbox is usable now.
 
     For the ComputePlane placements, `observed` is what the Objects observe inside the plane,
-    `plane` the plane's name, and `plane_waiting` why nothing is placed in it yet.
+    `plane` the plane's name, `plane_waiting` why nothing is placed in it yet, and `placing`
+    what the workload's placement still waits for.
     """
     if preset.runtime == "kubevirt":
         progress = _progress(ws, observed)
-    elif statefulset.KEY in desired:
+    elif preset.compute_plane is not None and not preset.compute_plane.agent_sandbox:
         progress = _statefulset_progress(ws, observed)
     else:
         progress = _pod_progress(ws, observed)
@@ -259,6 +261,9 @@ def workspace_status(
     if plane_waiting is not None:
         waiting = _pending("Provisioned", "WaitingForComputePlane", plane_waiting)
         progress = replace(progress, phase="Pending", provisioned=waiting)
+    elif placing is not None:
+        waiting = _pending("Provisioned", "PlacingInComputePlane", placing)
+        progress = replace(progress, phase="Provisioning", provisioned=waiting)
     deadline = ws.spec.lifetime.suspend_at
     shown = deadline.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if deadline else None
     if expired and shown:
