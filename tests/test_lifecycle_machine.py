@@ -9,29 +9,41 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from function.errors import FieldError
+from function.model.platform import SandboxPlatform
 from function.model.quantity import parse_bytes
 from function.render import Rendered, render
 from tests.support import NOW, platform, platform_input, workspace
 
-STANDARD = platform_input()["presets"]["standard"]
-PLATFORM = platform(
-    presets={
-        "standard": STANDARD,
-        "large": {
-            **STANDARD,
-            "resources": {
-                **STANDARD["resources"],
-                "max": {"cpu": "16", "memory": "64Gi", "disk": "500Gi"},
+DEBIAN = "docker.io/library/debian@sha256:" + "ab" * 32
+
+
+def _platform(base: str) -> SandboxPlatform:
+    """The shipped platform reduced to one runtime: preset `base`, and a larger copy of it."""
+    preset = platform_input()["presets"][base]
+    return platform(
+        defaultPreset="standard",
+        presets={
+            "standard": preset,
+            "large": {
+                **preset,
+                "resources": {
+                    **preset["resources"],
+                    "max": {"cpu": "16", "memory": "64Gi", "disk": "500Gi"},
+                },
             },
         },
-    },
-    images={
-        **platform_input()["images"],
-        "debian-13": {
-            "kubevirt": {"pvc": {"namespace": "cozy-public", "name": "vm-default-images-debian-13"}}
+        images={
+            **platform_input()["images"],
+            "debian-13": {
+                "kubevirt": {
+                    "pvc": {"namespace": "cozy-public", "name": "vm-default-images-debian-13"}
+                },
+                "oci": DEBIAN,
+            },
         },
-    },
-)
+    )
+
+
 snapshot_names = st.sampled_from(["a", "b", "c", "nightly"])
 
 
@@ -51,11 +63,40 @@ def _simulate(desired: dict[str, Any]) -> dict[str, Any]:
             )
         if manifest["kind"] == "VolumeSnapshot":
             obj["status"] = {"readyToUse": True, "restoreSize": "20Gi"}
+        if manifest["kind"] == "PersistentVolumeClaim":
+            obj["spec"]["volumeMode"] = "Filesystem"
+            obj["status"] = {"phase": "Bound"}
+        if manifest["kind"] == "Sandbox":
+            mode = "Suspended" if manifest["spec"]["operatingMode"] == "Suspended" else "Ready"
+            obj["status"] = {"conditions": [{"type": mode, "status": "True"}]}
+        if manifest["kind"] == "Object":
+            inner = manifest["spec"]["forProvider"]["manifest"]
+            obj["status"] = {
+                "conditions": [{"type": "Ready", "status": "True"}],
+                "atProvider": {"manifest": inner},
+            }
         out[key] = obj
     return out
 
 
+def _disk(resources: dict[str, Any]) -> tuple[str, Any, int]:
+    """The workspace disk's name, source and size, whichever kind holds it."""
+    if "workspace-volume" in resources:
+        dv = resources["workspace-volume"]
+        sizes = [dv["spec"]["storage"]["resources"]["requests"]["storage"]]
+        if "workspace-volume-size" in resources:
+            patch = resources["workspace-volume-size"]["spec"]["forProvider"]["manifest"]
+            sizes.append(patch["spec"]["resources"]["requests"]["storage"])
+        source = dv["spec"].get("source") or dv["spec"].get("sourceRef")
+        return dv["metadata"]["name"], source, max(int(parse_bytes(s)) for s in sizes)
+    claim = resources["workspace-claim"]
+    size = int(parse_bytes(claim["spec"]["resources"]["requests"]["storage"]))
+    return claim["metadata"]["name"], claim["spec"].get("dataSource"), size
+
+
 class SandboxLife(RuleBasedStateMachine):
+    PLATFORM = _platform("standard")
+
     def __init__(self) -> None:
         super().__init__()
         self.spec: dict[str, Any] = {"image": "ubuntu-24.04"}
@@ -70,12 +111,12 @@ class SandboxLife(RuleBasedStateMachine):
 
     def _reconcile(self) -> None:
         try:
-            out = render(workspace(self.spec), PLATFORM, self.observed, self.now)
+            out = render(workspace(self.spec), self.PLATFORM, self.observed, self.now)
         except FieldError:
             self.refused = True  # a FATAL result applies and deletes nothing
             return
         self.refused = False
-        self.disk_was_ready = "workspace-volume" in self.observed
+        self.disk_was_ready = bool({"workspace-volume", "workspace-claim"} & set(self.observed))
         self.taken_before = {k for k in self.observed if k.startswith("snapshot-")}
         self.last = out
         self.observed = _simulate(out.resources)
@@ -138,14 +179,21 @@ class SandboxLife(RuleBasedStateMachine):
     @invariant()
     def the_disk_is_always_there_with_its_first_source_and_never_smaller(self) -> None:
         assert self.last is not None
-        disk = self.last.resources["workspace-volume"]
+        name, source, size = _disk(self.last.resources)
         if self.first_source is None:
-            self.first_source = disk["spec"]["source"]
-        assert disk["spec"]["source"] == self.first_source
-        size = int(parse_bytes(disk["spec"]["storage"]["resources"]["requests"]["storage"]))
+            self.first_source = source or "none"
+        assert (source or "none") == self.first_source
         assert size >= self.largest_disk
         self.largest_disk = size
-        assert disk["metadata"]["name"] == "alice-api-workspace"
+        assert name == "alice-api-workspace"
+
+    @precondition(lambda self: self.last is not None and not self.refused)
+    @invariant()
+    def a_disk_asked_for_is_the_disk_composed(self) -> None:
+        assert self.last is not None
+        asked = self.spec.get("resources", {}).get("disk")
+        if asked is not None:
+            assert _disk(self.last.resources)[2] == int(parse_bytes(asked))
 
     @precondition(lambda self: self.last is not None and not self.refused)
     @invariant()
@@ -162,11 +210,20 @@ class SandboxLife(RuleBasedStateMachine):
     @invariant()
     def a_refusal_is_only_ever_a_shrink(self) -> None:
         try:
-            render(workspace(self.spec), PLATFORM, self.observed, self.now)
+            render(workspace(self.spec), self.PLATFORM, self.observed, self.now)
         except FieldError as err:
             assert err.path == "spec.resources.disk"
             assert "disks never shrink" in err.message
 
 
-SandboxLife.TestCase.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
+class PodSandboxLife(SandboxLife):
+    """The same life for a Kata sandbox, whose workspace is a claim composed beside it."""
+
+    PLATFORM = _platform("kata")
+
+
+SETTINGS = settings(max_examples=60, stateful_step_count=25, deadline=None)
+SandboxLife.TestCase.settings = SETTINGS
+PodSandboxLife.TestCase.settings = SETTINGS
 test_random_lives_never_lose_data = SandboxLife.TestCase
+test_random_pod_lives_never_lose_data = PodSandboxLife.TestCase
