@@ -80,13 +80,25 @@ def audit(
     meta = xr.get("metadata") or {}
     name, namespace = str(meta.get("name")), str(meta.get("namespace"))
     desired = {k: plain(to_dict(r.resource)) for k, r in rsp.desired.resources.items()}
+    plane = dig(plain(to_dict(rsp.desired.composite.resource)), "status", "computePlane")
+    notes = []
+    if plane is not None:
+        # Inside a ComputePlane: the Objects' manifests, in the sandbox's own namespace there,
+        # with neither the host's guard nor a tenant baseline.
+        desired = {k: _carried(m) for k, m in desired.items()}
+        namespace = plane_namespace_of(desired, namespace)
+        baseline = False
+        notes.append(f"inside ComputePlane {plane!r}, namespace {namespace!r}: no tenant baseline")
     policies = [
         {**m, "metadata": {**m["metadata"], "namespace": namespace}}
         for m in desired.values()
         if m.get("kind") in POLICY_KINDS
     ]
-    policies.append(guard_policy(platform))
-    notes = []
+    if plane is None:
+        policies.append(guard_policy(platform))
+    elif not policies:
+        why = f"nothing is placed in ComputePlane {plane!r} yet; give --observed and --required"
+        raise LookupError(why)
     if baseline:
         try:
             policies += cozystack_baseline(namespace)
@@ -102,11 +114,28 @@ def audit(
     return Audit(policies, replace(env, workloads=workloads), f"{namespace}/{name}", notes)
 
 
+def _carried(manifest: dict[str, Any]) -> dict[str, Any]:
+    """What a provider-kubernetes Object carries; anything else as it is."""
+    if manifest.get("kind") != "Object":
+        return manifest
+    inner = dig(manifest, "spec", "forProvider", "manifest")
+    return inner if isinstance(inner, dict) else manifest
+
+
+def plane_namespace_of(desired: dict[str, Any], default: str) -> str:
+    for m in desired.values():
+        if m.get("kind") in POLICY_KINDS:
+            return str(dig(m, "metadata", "namespace") or default)
+    return default
+
+
 def _pod_labels(desired: dict[str, Any]) -> dict[str, str]:
-    """The sandbox pod's labels: a VM's virt-launcher pod, or the Sandbox's pod."""
+    """The sandbox pod's labels: a VM's virt-launcher pod, a Sandbox's or StatefulSet's pod."""
     if "vm" in desired:
         labels = dig(desired["vm"], "spec", "template", "metadata", "labels") or {}
         return {**labels, "kubevirt.io": "virt-launcher"}
+    if "statefulset" in desired:
+        return dict(dig(desired["statefulset"], "spec", "template", "metadata", "labels") or {})
     return dict(dig(desired.get("sandbox"), "spec", "podTemplate", "metadata", "labels") or {})
 
 

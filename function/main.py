@@ -158,6 +158,16 @@ def guard(composition: Path) -> None:
 )
 @click.option("--no-baseline", is_flag=True, help="Leave out Cozystack's tenant baseline policies.")
 @click.option(
+    "--observed",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Observed composed resources, as for render (a plane placement's placed Objects).",
+)
+@click.option(
+    "--required",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Required resources, as for render (a plane placement's ComputePlane and Secret).",
+)
+@click.option(
     "--enforcement",
     type=click.Choice(["cilium", "kubernetes"]),
     default="cilium",
@@ -171,6 +181,8 @@ def explain(  # noqa: PLR0917  # click passes every option by keyword
     protocol: str,
     composition: Path,
     no_baseline: bool,  # noqa: FBT001  # click passes flags positionally by keyword
+    observed: Path | None,
+    required: Path | None,
     enforcement: str,
 ) -> None:
     """Render XR and print the verdict, and the rule that decided it, for flows to and from it.
@@ -182,7 +194,7 @@ def explain(  # noqa: PLR0917  # click passes every option by keyword
         click.echo("error: give --to or --from, not both", err=True)
         sys.exit(2)
     try:
-        files = offline.request(xr, composition, None, None)
+        files = offline.request(xr, composition, observed, required)
         platform = offline.platform(composition)
     except (offline.InputError, FieldError) as err:
         click.echo(f"error: {err}", err=True)
@@ -192,10 +204,10 @@ def explain(  # noqa: PLR0917  # click passes every option by keyword
     if fatal:
         click.echo(f"error: {fatal}", err=True)
         sys.exit(1)
-    found = audit(
-        rsp, to_dict(files.req.observed.composite.resource), platform, baseline=not no_baseline
-    )
     try:
+        found = audit(
+            rsp, to_dict(files.req.observed.composite.resource), platform, baseline=not no_baseline
+        )
         asked = flows(found.sandbox, to, source, port, protocol)
         click.echo("\n".join(explain_flows(found, asked, enforcement)))
     except (LookupError, ValueError) as err:

@@ -93,3 +93,48 @@ def test_a_pod_sandbox_is_judged_by_its_own_policies() -> None:
         "tenant-acme/erin-notebook -> 10.0.0.5:443/TCP: denied: CiliumNetworkPolicy "
         "tenant-acme/erin-notebook egressDeny[2] matches 10.0.0.5 (toCIDRSet 10.0.0.0/8)\n"
     )
+
+
+PLANE = ROOT / "examples" / "dedicated-plane"
+
+
+def test_a_sandbox_in_a_plane_is_judged_inside_it() -> None:
+    result = CliRunner().invoke(
+        cli,
+        [
+            "policy",
+            "explain",
+            str(PLANE / "xr.yaml"),
+            "--observed",
+            str(PLANE / "observed.yaml"),
+            "--required",
+            str(PLANE / "required.yaml"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == (
+        "# inside ComputePlane 'dana-ml-plane', namespace 'sandbox-dana-ml': no tenant baseline"
+    )
+    allowed = [line.split(": allowed")[0] for line in lines if ": allowed" in line]
+    assert allowed == [
+        "sandbox-dana-ml/dana-ml -> 151.101.0.223:443/TCP",
+        "sandbox-dana-ml/dana-ml -> 2a04:4e42::223:443/TCP",
+        "sandbox-dana-ml/dana-ml -> 9.9.9.9:53/UDP",
+        "cozy-sandbox-gateway/sandbox-gateway -> sandbox-dana-ml/dana-ml:49983/TCP",
+    ]
+    assert all(": denied: " in line for line in lines[1:] if ": allowed" not in line)
+    assert len(lines) == 22
+
+
+def test_a_sandbox_not_yet_placed_in_its_plane_has_nothing_to_judge() -> None:
+    shared = ROOT / "examples" / "shared-plane"
+    result = CliRunner().invoke(
+        cli,
+        ["policy", "explain", str(shared / "xr.yaml"), "--required", str(shared / "required.yaml")],
+    )
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: nothing is placed in ComputePlane 'computeplane' yet; give --observed and "
+        "--required\n"
+    )
