@@ -122,10 +122,34 @@ def validate(manifest: Mapping[str, Any]) -> list[str]:
     if core is not None:
         return _schema_errors(core, manifest, "") + _object_metadata_errors(manifest, "")
     try:
-        schema = crd_schema(api_version, kind)
+        schema = app_schema(kind) if group == COZYSTACK_APPS else crd_schema(api_version, kind)
     except LookupError as exc:
         return [f"{_ROOT}: no schema for apiVersion={api_version} kind={kind}: {exc.args[0]}"]
     return validate_against(schema, manifest)
+
+
+COZYSTACK_APPS = "apps.cozystack.io"
+
+
+@functools.cache
+def app_schema(kind: str) -> dict[str, Any]:
+    """A Cozystack application's object schema: its ApplicationDefinition's values as `spec`.
+
+    Cozystack serves `apps.cozystack.io/v1alpha1` kinds from its own API server, with no CRD;
+    the ApplicationDefinition's `openAPISchema` (the chart's values.schema.json) is what it
+    validates `spec` against.
+
+    Raises:
+        LookupError: no ApplicationDefinition defines that kind.
+    """
+    for path in sorted((_crds_root() / "cozystack" / "applicationdefinitions").glob("*.yaml")):
+        for doc in _yaml_documents(path):
+            application = (doc or {}).get("spec", {}).get("application", {})
+            if application.get("kind") == kind:
+                values = json.loads(application["openAPISchema"])
+                status = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                return {"type": "object", "properties": {"spec": values, "status": status}}
+    raise LookupError(f"no Cozystack ApplicationDefinition defines kind {kind}")
 
 
 def crd_schema(api_version: str, kind: str) -> dict[str, Any]:

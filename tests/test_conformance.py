@@ -28,11 +28,27 @@ def as_applied(manifest: dict[str, Any]) -> dict[str, Any]:
     return {**manifest, "metadata": {**manifest["metadata"], "namespace": NAMESPACE}}
 
 
+def required_of(case: Path, asked: dict[str, dict[str, str]]) -> dict[str, list[Any]]:
+    """An example's required.yaml, answered the way Crossplane answers each requirement."""
+    path = case / "required.yaml"
+    docs = load_stream(path) if path.exists() else []
+    return {
+        key: [
+            d
+            for d in docs
+            if (d["apiVersion"], d["kind"], d["metadata"]["name"])
+            == (want["apiVersion"], want["kind"], want["name"])
+        ]
+        for key, want in asked.items()
+    }
+
+
 @pytest.mark.parametrize("case", EXAMPLES, ids=[c.name for c in EXAMPLES])
 def test_every_object_from_every_example_is_schema_valid(case: Path) -> None:
     composite = load_stream(case / "xr.yaml")[0]
     ws = workspace(composite["spec"], composite["metadata"]["name"])
-    out = render(ws, PLATFORM, observed_of(case), NOW)
+    first = render(ws, PLATFORM, observed_of(case), NOW)
+    out = render(ws, PLATFORM, observed_of(case), NOW, required_of(case, first.requirements))
     assert out.resources
     for name, manifest in out.resources.items():
         assert validate(as_applied(manifest)) == [], name
@@ -113,3 +129,16 @@ def test_snapshots_and_a_restored_disk_are_schema_valid() -> None:
     )
     for manifest in [*snapshots, restored.resources["workspace-volume"], restored.resources["vm"]]:
         assert validate(as_applied(manifest)) == [], manifest["kind"]
+
+
+def test_a_compute_plane_is_checked_against_its_application_definition() -> None:
+    plane = render(workspace({"preset": "dedicated-plane"}), PLATFORM, {}, NOW).resources[
+        "compute-plane"
+    ]
+    assert validate(as_applied(plane)) == []
+    groups = {"md0": {"minReplicas": "one", "roles": "ingress-nginx"}}
+    broken = {**plane, "spec": {"nodeGroups": groups}}
+    assert validate(as_applied(broken)) == [
+        "spec.nodeGroups.md0.minReplicas: 'one' is not of type 'integer'",
+        "spec.nodeGroups.md0.roles: 'ingress-nginx' is not of type 'array'",
+    ]
