@@ -77,3 +77,18 @@ def observed_of(case: Path) -> dict[str, dict[str, Any]]:
         d["metadata"]["annotations"]["crossplane.io/composition-resource-name"]: d
         for d in load_stream(path)
     }
+
+
+def required_of(case: Path, asked: dict[str, dict[str, str]]) -> dict[str, list[dict[str, Any]]]:
+    """An example's required.yaml, answered the way Crossplane answers each requirement."""
+    path = case / "required.yaml"
+    docs = load_stream(path) if path.exists() else []
+    return {
+        key: [
+            d
+            for d in docs
+            if (d["apiVersion"], d["kind"], d["metadata"]["name"])
+            == (want["apiVersion"], want["kind"], want["name"])
+        ]
+        for key, want in asked.items()
+    }

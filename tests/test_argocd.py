@@ -19,7 +19,16 @@ from hypothesis import strategies as st
 
 from function.fn import FunctionRunner
 from tests.schemas import validate
-from tests.support import EXAMPLES, NOW, ROOT, load_stream, observed_of, request, xr
+from tests.support import (
+    EXAMPLES,
+    NOW,
+    ROOT,
+    load_stream,
+    observed_of,
+    request,
+    required_of,
+    xr,
+)
 
 ARGOCD = ROOT / "deploy" / "argocd"
 HEALTH_LUA = ARGOCD / "health.lua"
@@ -555,9 +564,16 @@ AS_RENDERED = {
     "provisioning": "Progressing",
     "running": "Progressing",
     "suspended": "Suspended",
+    "dedicated-plane": "Progressing",
+    "shared-plane": "Progressing",
 }
 # On a cluster, Crossplane adds Synced, and Ready as the function marked the composite.
-ON_A_CLUSTER = {**AS_RENDERED, "kata": "Healthy", "running": "Healthy"}
+ON_A_CLUSTER = {
+    **AS_RENDERED,
+    "kata": "Healthy",
+    "running": "Healthy",
+    "dedicated-plane": "Healthy",
+}
 
 
 def test_every_golden_file_has_an_expected_health() -> None:
@@ -582,7 +598,7 @@ def test_golden_as_rendered(path: Path) -> None:
 @pytest.mark.parametrize("path", list(goldens()))
 async def test_golden_on_a_cluster(path: Path) -> None:
     case = ROOT / "examples" / path.stem
-    rsp = await run(request(load_stream(case / "xr.yaml")[0], observed_of(case)))
+    rsp = await run_answered(request(load_stream(case / "xr.yaml")[0], observed_of(case)), case)
     ready = rsp.desired.composite.ready == fnv1.READY_TRUE
     composite = golden_xr(path)
     composite["status"]["conditions"] = [
@@ -740,26 +756,47 @@ def tracked_observed(observed: dict[str, dict[str, Any]]) -> dict[str, dict[str,
 
 
 def tracking_cases() -> Iterator[Any]:
-    yield pytest.param(xr(labels=ARGO_LABELS, annotations=ARGO_ANNOTATIONS), {}, id="standard")
     yield pytest.param(
-        xr({"preset": "kata"}, labels=ARGO_LABELS, annotations=ARGO_ANNOTATIONS), {}, id="kata"
+        xr(labels=ARGO_LABELS, annotations=ARGO_ANNOTATIONS), {}, None, id="standard"
+    )
+    yield pytest.param(
+        xr({"preset": "kata"}, labels=ARGO_LABELS, annotations=ARGO_ANNOTATIONS),
+        {},
+        None,
+        id="kata",
     )
     for case in EXAMPLES:
         composite = tracked(load_stream(case / "xr.yaml")[0])
-        yield pytest.param(composite, observed_of(case), id=f"example-{case.name}")
+        yield pytest.param(composite, observed_of(case), case, id=f"example-{case.name}")
         if (case / "observed.yaml").exists():
             yield pytest.param(
                 composite,
                 tracked_observed(observed_of(case)),
+                case,
                 id=f"example-{case.name}-marked-observed",
             )
 
 
-@pytest.mark.parametrize(("composite", "observed"), list(tracking_cases()))
+async def run_answered(req: fnv1.RunFunctionRequest, case: Path | None) -> Any:
+    """Run, answer the requirements from the example's required.yaml, and run again."""
+    rsp = await run(req)
+    if case is None or not rsp.requirements.resources:
+        return rsp
+    asked = {
+        key: {"apiVersion": sel.api_version, "kind": sel.kind, "name": sel.match_name}
+        for key, sel in rsp.requirements.resources.items()
+    }
+    for key, found in required_of(case, asked).items():
+        for doc in found:
+            req.required_resources[key].items.add().resource.update(doc)
+    return await run(req)
+
+
+@pytest.mark.parametrize(("composite", "observed", "case"), list(tracking_cases()))
 async def test_no_composed_resource_carries_argo_cd_tracking(
-    composite: dict[str, Any], observed: dict[str, dict[str, Any]]
+    composite: dict[str, Any], observed: dict[str, dict[str, Any]], case: Path | None
 ) -> None:
-    rsp = await run(request(composite, observed))
+    rsp = await run_answered(request(composite, observed), case)
     assert not [r.message for r in rsp.results if r.severity == fnv1.SEVERITY_FATAL]
     composed = {
         name: resource.struct_to_dict(r.resource) for name, r in rsp.desired.resources.items()

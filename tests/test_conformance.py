@@ -19,6 +19,7 @@ from tests.support import (
     observed_of,
     platform,
     platform_input,
+    required_of,
     workspace,
 )
 
@@ -26,21 +27,6 @@ from tests.support import (
 def as_applied(manifest: dict[str, Any]) -> dict[str, Any]:
     """What Crossplane sends to the API server: the manifest in the XR's namespace."""
     return {**manifest, "metadata": {**manifest["metadata"], "namespace": NAMESPACE}}
-
-
-def required_of(case: Path, asked: dict[str, dict[str, str]]) -> dict[str, list[Any]]:
-    """An example's required.yaml, answered the way Crossplane answers each requirement."""
-    path = case / "required.yaml"
-    docs = load_stream(path) if path.exists() else []
-    return {
-        key: [
-            d
-            for d in docs
-            if (d["apiVersion"], d["kind"], d["metadata"]["name"])
-            == (want["apiVersion"], want["kind"], want["name"])
-        ]
-        for key, want in asked.items()
-    }
 
 
 @pytest.mark.parametrize("case", EXAMPLES, ids=[c.name for c in EXAMPLES])
