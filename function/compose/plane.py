@@ -52,6 +52,8 @@ PLANE_REQUIREMENT = "compute-plane"
 SECRET_REQUIREMENT = "plane-kubeconfig"  # noqa: S105  # a requirement's name
 
 PLANE_API = "apps.cozystack.io/v1alpha1"
+# On the ProviderConfig: the plane the sandbox was placed in, which it never leaves.
+PLANE_ANNOTATION = "sandbox.cozystack.io/compute-plane"
 PROVIDER_CONFIG_API = "kubernetes.m.crossplane.io/v1alpha1"
 
 # The dedicated plane dies with the sandbox and takes everything in it along; deleting each
@@ -119,6 +121,27 @@ def _not_ready(kind: str, name: str, obj: Any) -> str | None:
     return f"waiting for {kind} {name!r} to be ready: {why}"
 
 
+def _stays(ws: WorkspaceSandbox, preset_name: str, name: str, observed: Observed) -> None:
+    """A placed sandbox's workspace is in one plane: a preset may not move it to another."""
+    if ws.spec.restore_from is not None:
+        raise FieldError(
+            "spec.restoreFrom",
+            f"preset {preset_name!r} places each sandbox in its own namespace of a "
+            "ComputePlane, and a claim can only be restored from a snapshot in its own "
+            "namespace; restore into a sandbox of a Namespace preset",
+        )
+    was = dig(observed.get(PROVIDER_CONFIG_KEY), "metadata", "annotations", PLANE_ANNOTATION)
+    if was is None and PLANE_KEY in observed:
+        was = plane_name(ws)
+    if isinstance(was, str) and was != name:
+        raise FieldError(
+            "spec.preset",
+            f"preset {preset_name!r} places sandboxes in ComputePlane {name!r}, but this "
+            f"sandbox's workspace is in ComputePlane {was!r}; moving would leave it behind. "
+            "Keep the preset, or create a new sandbox",
+        )
+
+
 def compute_plane(
     ws: WorkspaceSandbox,
     preset_name: str,
@@ -129,6 +152,7 @@ def compute_plane(
     """The plane this sandbox runs in, and whether work can be placed into it now."""
     options, namespace = _options(preset), ws.metadata.namespace
     name = plane_name(ws) if options.name is None else options.name
+    _stays(ws, preset_name, name, observed)
     secret = name + options.kubeconfig_secret_suffix
     asks = {
         SECRET_REQUIREMENT: {
@@ -174,7 +198,11 @@ def provider_config(ws: WorkspaceSandbox, preset: Preset, plane: str) -> dict[st
         PROVIDER_CONFIG_KEY: {
             "apiVersion": PROVIDER_CONFIG_API,
             "kind": "ProviderConfig",
-            "metadata": {"name": provider_config_name(ws), "labels": labels(ws)},
+            "metadata": {
+                "name": provider_config_name(ws),
+                "labels": labels(ws),
+                "annotations": {PLANE_ANNOTATION: plane},
+            },
             "spec": {
                 "credentials": {
                     "source": "Secret",
@@ -255,13 +283,6 @@ def workload(
     inside: Observed,
 ) -> dict[str, Manifest]:
     """Everything placed inside the plane, unwrapped, keyed like the resources they become."""
-    if ws.spec.restore_from is not None:
-        raise FieldError(
-            "spec.restoreFrom",
-            f"preset {preset_name!r} places each sandbox in its own namespace of a "
-            "ComputePlane, and a claim can only be restored from a snapshot in its own "
-            "namespace; restore into a sandbox of a Namespace preset",
-        )
     pod = (sandbox if _options(preset).agent_sandbox else statefulset.statefulset)(
         ws, preset, platform, image, size
     )
@@ -337,6 +358,6 @@ def placing(
     """What placing the workload still waits for, while it isn't placed."""
     if any(k in placed for k in (SANDBOX_KEY, statefulset.KEY)):
         return None
-    waiting = [k for k in placed if k != PROVIDER_CONFIG_KEY and not _settled(k, observed, ready)]
+    waiting = [k for k in placed if k in ready and not _settled(k, observed, ready)]
     shown = ", ".join(sorted(waiting)) or "the plane"
     return f"placing the sandbox into ComputePlane {plane!r}: waiting for {shown}"
