@@ -74,11 +74,16 @@ def _same_runtime(preset_name: str, preset: Preset, observed: Observed) -> None:
         return
     where = {"kubevirt": "kubevirt", "pod": "a pod runtime", "plane": "a ComputePlane"}
     runs = preset.placement if want == "plane" else preset.runtime
+    # A plane's snapshots are inside it, out of reach of a restore in the tenant's namespace.
+    instead = (
+        "Keep the preset, or create a new sandbox"
+        if "plane" in (was, want)
+        else "Snapshot it and restore the snapshot into a new sandbox instead"
+    )
     raise FieldError(
         "spec.preset",
         f"preset {preset_name!r} runs {runs}, but this sandbox's workspace lives on "
-        f"{where[was]}; switching would leave it behind. Snapshot it and restore the snapshot "
-        "into a new sandbox instead",
+        f"{where[was]}; switching would leave it behind. {instead}",
     )
 
 

@@ -121,7 +121,9 @@ def _not_ready(kind: str, name: str, obj: Any) -> str | None:
     return f"waiting for {kind} {name!r} to be ready: {why}"
 
 
-def _stays(ws: WorkspaceSandbox, preset_name: str, name: str, observed: Observed) -> None:
+def _stays(
+    ws: WorkspaceSandbox, preset_name: str, preset: Preset, name: str, observed: Observed
+) -> None:
     """A placed sandbox's workspace is in one plane: a preset may not move it to another."""
     if ws.spec.restore_from is not None:
         raise FieldError(
@@ -130,7 +132,14 @@ def _stays(ws: WorkspaceSandbox, preset_name: str, name: str, observed: Observed
             "ComputePlane, and a claim can only be restored from a snapshot in its own "
             "namespace; restore into a sandbox of a Namespace preset",
         )
-    was = dig(observed.get(PROVIDER_CONFIG_KEY), "metadata", "annotations", PLANE_ANNOTATION)
+    access = observed.get(PROVIDER_CONFIG_KEY)
+    was = dig(access, "metadata", "annotations", PLANE_ANNOTATION)
+    if was is None:
+        # A ProviderConfig without the annotation still names its plane's Secret.
+        secret = dig(access, "spec", "credentials", "secretRef", "name")
+        suffix = _options(preset).kubeconfig_secret_suffix
+        if isinstance(secret, str) and secret.endswith(suffix):
+            was = secret.removesuffix(suffix)
     if was is None and PLANE_KEY in observed:
         was = plane_name(ws)
     if isinstance(was, str) and was != name:
@@ -152,7 +161,7 @@ def compute_plane(
     """The plane this sandbox runs in, and whether work can be placed into it now."""
     options, namespace = _options(preset), ws.metadata.namespace
     name = plane_name(ws) if options.name is None else options.name
-    _stays(ws, preset_name, name, observed)
+    _stays(ws, preset_name, preset, name, observed)
     secret = name + options.kubeconfig_secret_suffix
     asks = {
         SECRET_REQUIREMENT: {
