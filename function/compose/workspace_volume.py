@@ -59,9 +59,11 @@ def resize_warnings(
     ws: WorkspaceSandbox, size: Size, observed: Observed, platform: SandboxPlatform
 ) -> list[str]:
     """Refuse a smaller disk; say when a larger one can't be applied to the existing disk."""
-    current = _current_size(observed)
     # Leaving the size out keeps whatever the disk has, even if the preset's default changed.
-    if ws.spec.resources.disk is None or current is None:
+    if ws.spec.resources.disk is None:
+        return []
+    current = _current_size(observed)
+    if current is None:
         return []
     if size.disk < current:
         raise FieldError(
@@ -89,8 +91,12 @@ def growth(
     The Object only observes and updates (no create, no delete): it can't make a PVC, and
     deleting it leaves the PVC alone. Once composed it stays, so the size never falls back.
     """
-    expansion, made = platform.disk_expansion, _requested(observed.get(KEY), "spec", "storage")
-    if expansion is None or made is None:
+    expansion = platform.disk_expansion
+    # The common case, cheaply: no size asked for and nothing grown before.
+    if expansion is None or (ws.spec.resources.disk is None and GROW_KEY not in observed):
+        return {}
+    made = _requested(observed.get(KEY), "spec", "storage")
+    if made is None:
         return {}
     grown = _requested(observed.get(GROW_KEY), "spec", "forProvider", "manifest", "spec")
     want = size.disk if ws.spec.resources.disk is not None else (grown or made)
