@@ -24,17 +24,25 @@ import grpc
 from bench.driver import RUN_FUNCTION, Case, cases, drive, server
 
 
-def _serial(address: str, case: Case, calls: int) -> list[float]:
-    times = []
-    with grpc.insecure_channel(address) as channel:
-        stub = channel.unary_unary(RUN_FUNCTION)
-        for _ in range(50):
-            stub(case.request, timeout=30)
+def _serial(ours: str, floor: str, case: Case, calls: int) -> tuple[list[float], list[float]]:
+    """Serial latency of both servers, call by call in turn.
+
+    Alternating the two means both see the same moments of this shared machine: a burst of
+    noise lands on both series instead of on whichever ran during it.
+    """
+    mine: list[float] = []
+    base: list[float] = []
+    with grpc.insecure_channel(ours) as a, grpc.insecure_channel(floor) as b:
+        stubs = ((a.unary_unary(RUN_FUNCTION), mine), (b.unary_unary(RUN_FUNCTION), base))
+        for stub, _ in stubs:
+            for _ in range(50):
+                stub(case.request, timeout=30)
         for _ in range(calls):
-            t = time.perf_counter()
-            stub(case.request, timeout=30)
-            times.append(time.perf_counter() - t)
-    return times
+            for stub, times in stubs:
+                t = time.perf_counter()
+                stub(case.request, timeout=30)
+                times.append(time.perf_counter() - t)
+    return mine, base
 
 
 def _pct(times: list[float], q: int) -> float:
@@ -77,10 +85,7 @@ def main() -> int:
             with server() as ours, server(echo=answer) as floor:
                 got = asyncio.run(drive(ours.address, [case], 200, 4))
                 failures += got.wrong
-                mine, base = (
-                    _serial(ours.address, case, args.serial),
-                    _serial(floor.address, case, args.serial),
-                )
+                mine, base = _serial(ours.address, floor.address, case, args.serial)
             lines.append(_row(f"{name}: p50 serial", _pct(mine, 50), _pct(base, 50)))
             lines.append(_row(f"{name}: p99 serial", _pct(mine, 99), _pct(base, 99)))
         steady = mix["steady"]
