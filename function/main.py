@@ -19,6 +19,14 @@ from function.wire import to_dict
 DEFAULT_COMPOSITION = (
     Path(__file__).resolve().parent.parent / "compositions" / "workspacesandbox.yaml"
 )
+_FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+# What Crossplane would send besides the XR; a ComputePlane placement needs both to be placed.
+OBSERVED = click.option(
+    "--observed",
+    type=_FILE,
+    help="YAML stream of observed composed resources (and optionally the XR with status).",
+)
+REQUIRED = click.option("--required", type=_FILE, help="YAML stream of required resources.")
 
 
 @click.group()
@@ -80,16 +88,8 @@ def serve(
     show_default="compositions/workspacesandbox.yaml",
     help="Composition whose step input (a SandboxPlatform) to use.",
 )
-@click.option(
-    "--observed",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="YAML stream of observed composed resources (and optionally the XR with status).",
-)
-@click.option(
-    "--required",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="YAML stream of required resources.",
-)
+@OBSERVED
+@REQUIRED
 @click.option("--include-results", is_flag=True, help="Also print the function's results.")
 @click.option(
     "--now",
@@ -157,16 +157,8 @@ def guard(composition: Path) -> None:
     show_default="compositions/workspacesandbox.yaml",
 )
 @click.option("--no-baseline", is_flag=True, help="Leave out Cozystack's tenant baseline policies.")
-@click.option(
-    "--observed",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Observed composed resources, as for render (a plane placement's placed Objects).",
-)
-@click.option(
-    "--required",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Required resources, as for render (a plane placement's ComputePlane and Secret).",
-)
+@OBSERVED
+@REQUIRED
 @click.option(
     "--enforcement",
     type=click.Choice(["cilium", "kubernetes"]),

@@ -128,19 +128,10 @@ def render(
     resources |= network_policies(ws, preset, platform)
     resources |= volume_snapshots(ws, preset_name, preset, observed)
 
-    status, conditions, usable = workspace_status(
+    judged = workspace_status(
         ws, preset_name, preset, resources, observed, expired=life.expired, restoring=source.waiting
     )
-    return Rendered(
-        resources,
-        readiness(resources, observed),
-        status,
-        conditions,
-        usable,
-        warnings,
-        source.requirements,
-        life.ttl_seconds,
-    )
+    return _rendered(resources, observed, judged, warnings, source.requirements, life)
 
 
 def _render_in_plane(
@@ -178,7 +169,7 @@ def _render_in_plane(
         )
         inner = {k: parts[k] for k in parts if k in resources}
         placing = plane.placing(target.name, resources, observed, ready)
-    status, conditions, usable = workspace_status(
+    judged = workspace_status(
         ws,
         preset_name,
         preset,
@@ -190,13 +181,19 @@ def _render_in_plane(
         plane_waiting=target.waiting,
         placing=placing,
     )
+    return _rendered(resources, observed, judged, warnings, target.requirements, life)
+
+
+def _rendered(  # noqa: PLR0917  # the parts of one answer
+    resources: dict[str, Manifest],
+    observed: Observed,
+    judged: tuple[dict[str, Any], tuple[Condition, ...], bool],
+    warnings: list[str],
+    requirements: dict[str, dict[str, str]],
+    life: Lifetime,
+) -> Rendered:
+    status, conditions, usable = judged
+    ready = readiness(resources, observed)
     return Rendered(
-        resources,
-        readiness(resources, observed),
-        status,
-        conditions,
-        usable,
-        warnings,
-        target.requirements,
-        life.ttl_seconds,
+        resources, ready, status, conditions, usable, warnings, requirements, life.ttl_seconds
     )
