@@ -17,6 +17,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from function import offline
 from function.fn import FunctionRunner
 from tests.schemas import validate
 from tests.support import (
@@ -26,7 +27,6 @@ from tests.support import (
     load_stream,
     observed_of,
     request,
-    required_of,
     xr,
 )
 
@@ -778,18 +778,11 @@ def tracking_cases() -> Iterator[Any]:
 
 
 async def run_answered(req: fnv1.RunFunctionRequest, case: Path | None) -> Any:
-    """Run, answer the requirements from the example's required.yaml, and run again."""
-    rsp = await run(req)
-    if case is None or not rsp.requirements.resources:
-        return rsp
-    asked = {
-        key: {"apiVersion": sel.api_version, "kind": sel.kind, "name": sel.match_name}
-        for key, sel in rsp.requirements.resources.items()
-    }
-    for key, found in required_of(case, asked).items():
-        for doc in found:
-            req.required_resources[key].items.add().resource.update(doc)
-    return await run(req)
+    """Run in requirement rounds, as Crossplane does, offering the example's required.yaml."""
+    path = None if case is None else case / "required.yaml"
+    pool = load_stream(path) if path is not None and path.exists() else []
+    runner = FunctionRunner(clock=lambda: NOW)
+    return await offline.run(runner, offline.Offline(req, "", pool))
 
 
 @pytest.mark.parametrize(("composite", "observed", "case"), list(tracking_cases()))

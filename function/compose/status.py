@@ -103,9 +103,7 @@ def _progress(ws: WorkspaceSandbox, observed: Observed) -> Progress:  # noqa: PL
     if failed is not None:
         return Progress("Failed", failed, running)
     if vm is None and dv is None:
-        waiting = _pending("Provisioned", "Creating", "waiting for the disk and VM to be created")
-        not_yet = _pending("Suspended", "Creating", "not created yet")
-        return Progress("Pending", waiting, not_yet if suspend else running)
+        return _not_created(ws, "the disk and VM", running)
     if dig(dv, "status", "phase") not in DISK_READY_PHASES:
         waiting = _pending("Provisioned", "WaitingForDisk", _disk_step(dv))
         not_yet = _pending("Suspended", "WaitingForDisk", "the workspace disk is not ready yet")
@@ -124,13 +122,17 @@ def _progress(ws: WorkspaceSandbox, observed: Observed) -> Progress:  # noqa: PL
     return Progress("Provisioning", _pending("Provisioned", "StartingVM", waiting_msg), running)
 
 
+def _not_created(ws: WorkspaceSandbox, what: str, running: Condition) -> Progress:
+    waiting = _pending("Provisioned", "Creating", f"waiting for {what} to be created")
+    not_yet = _pending("Suspended", "Creating", "not created yet")
+    return Progress("Pending", waiting, not_yet if ws.spec.power == "Suspended" else running)
+
+
 def _pod_progress(ws: WorkspaceSandbox, observed: Observed) -> Progress:  # a phase each
     pod = observed.get(sandbox.KEY)
     running = _pending("Suspended", "PowerRunning", "spec.power is Running")
     if pod is None:
-        waiting = _pending("Provisioned", "Creating", "waiting for the Sandbox to be created")
-        not_yet = _pending("Suspended", "Creating", "not created yet")
-        return Progress("Pending", waiting, not_yet if ws.spec.power == "Suspended" else running)
+        return _not_created(ws, "the Sandbox", running)
     ready, held = condition(pod, "Ready") or {}, condition(pod, "Suspended") or {}
     if ready.get("reason") in POD_FAILURES:
         why = f"Sandbox is {ready['reason']}: {ready.get('message') or 'see its events'}"
@@ -155,9 +157,7 @@ def _statefulset_progress(ws: WorkspaceSandbox, observed: Observed) -> Progress:
     sts = observed.get(statefulset.KEY)
     running = _pending("Suspended", "PowerRunning", "spec.power is Running")
     if sts is None:
-        waiting = _pending("Provisioned", "Creating", "waiting for the StatefulSet to be created")
-        not_yet = _pending("Suspended", "Creating", "not created yet")
-        return Progress("Pending", waiting, not_yet if ws.spec.power == "Suspended" else running)
+        return _not_created(ws, "the StatefulSet", running)
     if ws.spec.power == "Suspended":
         kept = _done("Provisioned", "Provisioned", "the workspace claim is kept")
         if statefulset.stopped(sts):
