@@ -5,7 +5,7 @@ function renders and for the documents the repository ships:
 
 * core and built-in API kinds: the strict JSON schemas bundled with kubernetes-validate
   (Kubernetes 1.33, or the nearest version it ships), so unknown fields are errors;
-* CRD kinds: the CRDs in ``../shared/crds`` (override with ``$SHARED_CRDS``), their
+* CRD kinds: the upstream CRDs vendored in ``schemas/upstream`` (one release of each), their
   ``openAPIV3Schema`` converted to JSON Schema with Kubernetes structural-schema semantics,
   then checked again by a walk that evaluates ``x-kubernetes-validations`` (CEL) rules;
 * Crossplane composite resources: the CRD schema Crossplane generates from an XRD;
@@ -54,10 +54,9 @@ import importlib.resources
 import ipaddress
 import itertools
 import json
-import os
 import re
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -88,7 +87,6 @@ JSON = Any
 Schema = Mapping[str, Any]
 
 # Cozystack v1.6.2 installs these releases; the newer folders are there for comparison only.
-_PREFERRED_RELEASE: Final[Mapping[str, str]] = {"kubevirt": "v1.8.4", "cdi": "v1.64.0"}
 _KUBERNETES_VERSION: Final = (1, 33)
 
 _DEFS_URI: Final = "https://kubernetes.io/api/_definitions.json"
@@ -142,7 +140,7 @@ def app_schema(kind: str) -> dict[str, Any]:
     Raises:
         LookupError: no ApplicationDefinition defines that kind.
     """
-    for path in sorted((_crds_root() / "cozystack" / "applicationdefinitions").glob("*.yaml")):
+    for path in sorted((crds_root() / "cozystack" / "applicationdefinitions").glob("*.yaml")):
         for doc in _yaml_documents(path):
             application = (doc or {}).get("spec", {}).get("application", {})
             if application.get("kind") == kind:
@@ -153,7 +151,7 @@ def app_schema(kind: str) -> dict[str, Any]:
 
 
 def crd_schema(api_version: str, kind: str) -> dict[str, Any]:
-    """Return the served ``openAPIV3Schema`` for a CRD kind from the shared CRD folder.
+    """Return the served ``openAPIV3Schema`` for a CRD kind from the vendored CRDs.
 
     Raises:
         LookupError: no CRD serves that version of that kind, or the choice is ambiguous.
@@ -216,11 +214,8 @@ def validate_crd_object(
 # --------------------------------------------------------------------------- locating schemas
 
 
-def _crds_root() -> Path:
-    override = os.environ.get("SHARED_CRDS")
-    if override:
-        return Path(override)
-    return Path(__file__).resolve().parents[1].parent / "shared" / "crds"
+def crds_root() -> Path:
+    return Path(__file__).resolve().parents[1] / "schemas" / "upstream"
 
 
 def _split_api_version(api_version: str) -> tuple[str, str]:
@@ -244,23 +239,21 @@ def _served_version(crd: Mapping[str, Any], version: str) -> Mapping[str, Any]:
 
 @functools.cache
 def _crd_for(group: str, kind: str, version: str) -> Mapping[str, Any]:
-    root = _crds_root()
-    found: list[tuple[tuple[str, ...], Mapping[str, Any]]] = []
+    root = crds_root()
     # Upstream CRD files are named <group>_<plural>.yaml; only those can hold the group's CRDs.
-    for path in sorted(root.rglob(f"{group}_*.yaml")):
-        for doc in _yaml_documents(path):
-            if _is_crd_for(doc, group, kind, version):
-                found.append((path.relative_to(root).parts, doc))
+    found = [
+        (path, doc)
+        for path in sorted(root.rglob(f"{group}_*.yaml"))
+        for doc in _yaml_documents(path)
+        if _is_crd_for(doc, group, kind, version)
+    ]
     if not found:
         api_version = f"{group}/{version}" if group else version
         raise LookupError(f"no CRD under {root} serves {api_version} {kind}")
-    if len(found) == 1:
-        return found[0][1]
-    preferred = [doc for parts, doc in found if _is_preferred_release(parts)]
-    if len(preferred) == 1:
-        return preferred[0]
-    places = ", ".join("/".join(parts) for parts, _ in found)
-    raise LookupError(f"several CRDs define it and _PREFERRED_RELEASE picks none: {places}")
+    if len(found) > 1:
+        places = ", ".join(str(path.relative_to(root)) for path, _ in found)
+        raise LookupError(f"several vendored CRDs define it; keep one release: {places}")
+    return found[0][1]
 
 
 def _is_crd_for(doc: Any, group: str, kind: str, version: str) -> bool:
@@ -272,10 +265,6 @@ def _is_crd_for(doc: Any, group: str, kind: str, version: str) -> bool:
         and spec["names"]["kind"] == kind
         and any(v["name"] == version and v.get("served") for v in spec["versions"])
     )
-
-
-def _is_preferred_release(parts: Sequence[str]) -> bool:
-    return len(parts) > 2 and _PREFERRED_RELEASE.get(parts[0]) == parts[1]
 
 
 @functools.cache

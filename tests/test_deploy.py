@@ -15,7 +15,7 @@ from celpy.adapter import json_to_cel
 
 from function.model import Manifest
 from function.render import render
-from tests.schemas import _compile_rule, validate, validate_against, validate_xrd_object
+from tests.schemas import _compile_rule, validate, validate_xrd_object
 from tests.support import NAMESPACE, NOW, PLATFORM, ROOT, load_stream, platform_input, workspace
 
 DEPLOY = ROOT / "deploy"
@@ -73,76 +73,11 @@ def group_of(api_version: str) -> str:
 # --------------------------------------------------------------------------- files
 
 
-# Kinds with no schema in ../shared/crds, each checked against its upstream CRD's spec instead:
-# pkg.crossplane.io/v1 Provider as crossplane/crossplane v2.3.4 declares it in
-# cluster/crds/pkg.crossplane.io_providers.yaml (descriptions left out, one message shortened).
-_STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
-PROVIDER_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["spec"],
-    "properties": {
-        "spec": {
-            "type": "object",
-            "required": ["package"],
-            "properties": {
-                "commonAnnotations": _STRINGS,
-                "commonLabels": _STRINGS,
-                "ignoreCrossplaneConstraints": {"type": "boolean", "default": False},
-                "package": {
-                    "type": "string",
-                    "x-kubernetes-validations": [
-                        {
-                            "rule": r"self.matches('^[^\\.\\/]+(\\.[^\\.\\/]+)+(\\/[^\\/:@]+)+"
-                            r"(:[^:@]+(@sha256.+)?|@sha256.+)$')",
-                            "message": "must be a fully qualified image name",
-                        }
-                    ],
-                },
-                "packagePullPolicy": {"type": "string", "default": "IfNotPresent"},
-                "packagePullSecrets": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {"name": {"type": "string", "default": ""}},
-                        "x-kubernetes-map-type": "atomic",
-                    },
-                },
-                "revisionActivationPolicy": {"type": "string", "default": "Automatic"},
-                "revisionHistoryLimit": {"type": "integer", "format": "int64", "default": 1},
-                "runtimeConfigRef": {
-                    "type": "object",
-                    "default": {"name": "default"},
-                    "required": ["name"],
-                    "properties": {
-                        "apiVersion": {"type": "string", "default": "pkg.crossplane.io/v1beta1"},
-                        "kind": {"type": "string", "default": "DeploymentRuntimeConfig"},
-                        "name": {"type": "string"},
-                    },
-                },
-                "skipDependencyResolution": {"type": "boolean", "default": False},
-            },
-        },
-        "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-    },
-}
-UNSCHEMED = {("pkg.crossplane.io/v1", "Provider"): PROVIDER_SCHEMA}
-
-
-def check(doc: Mapping[str, Any]) -> list[str]:
-    schema = UNSCHEMED.get((doc["apiVersion"], doc["kind"]))
-    if schema is None:
-        return validate(doc)
-    # Once ../shared/crds has the real CRD, validate() says nothing here: drop the stand-in.
-    (missing,) = validate(doc)
-    assert missing.startswith(f"<root>: no schema for apiVersion={doc['apiVersion']} "), missing
-    return validate_against(schema, doc)
-
-
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
 def test_every_manifest_validates(path: Path) -> None:
     docs = load_stream(path)
     assert docs
-    errors = {"/".join(identity(doc)): check(doc) for doc in docs}
+    errors = {"/".join(identity(doc)): validate(doc) for doc in docs}
     assert {doc: found for doc, found in errors.items() if found} == {}
 
 
@@ -152,7 +87,9 @@ def test_every_manifest_validates(path: Path) -> None:
         pytest.param({}, [], id="as-shipped"),
         pytest.param(
             {"package": "provider-kubernetes:v1.2.1"},
-            ["spec.package: must be a fully qualified image name"],
+            [
+                "spec.package: must be a fully qualified image name, including the registry, repository, and tag or digest. For example, 'registry.example.com/repo/package:tag' or 'registry.example.com/repo/package[:tag]@sha256:1234567890abcdef1234567890abcdef1234567890abcdef1234567890abcdef'."
+            ],
             id="package-without-registry",
         ),
         pytest.param(
@@ -167,9 +104,11 @@ def test_every_manifest_validates(path: Path) -> None:
         ),
     ],
 )
-def test_the_provider_stand_in_schema_checks(change: dict[str, Any], want: list[str]) -> None:
+def test_the_provider_is_checked_against_crossplanes_crd(
+    change: dict[str, Any], want: list[str]
+) -> None:
     provider = find("Provider", "provider-kubernetes")
-    assert check({**provider, "spec": {**provider["spec"], **change}}) == want
+    assert validate({**provider, "spec": {**provider["spec"], **change}}) == want
 
 
 def test_kustomization_lists_every_manifest() -> None:

@@ -39,7 +39,7 @@ from function.policy import Environment, Flow, cozystack_environment, evaluate
 from function.render import Rendered, render
 from tests.pod_security import all_violations
 from tests.policy.test_isolation import ALICE, TABLE
-from tests.schemas import _compile_rule, _crds_root, validate
+from tests.schemas import _compile_rule, crds_root, validate
 from tests.strategies import allowlists, specs, xr_names
 from tests.support import NAMESPACE, NOW, PLATFORM, platform, platform_input, request, workspace
 
@@ -956,7 +956,7 @@ def _strict(schema: Any) -> Any:
 
 @cache
 def _plane_values() -> jsonschema.protocols.Validator:
-    path = _crds_root() / "cozystack" / "apps" / "computeplane" / "values.schema.json"
+    path = crds_root() / "cozystack" / "apps" / "computeplane" / "values.schema.json"
     schema = _strict(json.loads(path.read_text()))
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import copy
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,11 +15,13 @@ import pytest
 from tests.schemas import (
     UnsupportedCELError,
     crd_schema,
+    crds_root,
     validate,
     validate_against,
     validate_crd_object,
     validate_xrd_object,
 )
+from tests.support import ROOT
 
 Obj = dict[str, Any]
 
@@ -338,8 +345,52 @@ def test_cdi_is_pinned_to_the_release_cozystack_runs() -> None:
     assert validate(dv) == ["spec.serviceAccountName: unknown field"]
 
 
-def test_kind_only_in_newer_cdi_release_is_still_found() -> None:
-    assert crd_schema("cdi.kubevirt.io/v1beta1", "DataImportCron")["type"] == "object"
+def test_only_vendored_kinds_have_a_schema() -> None:
+    with pytest.raises(LookupError, match=r"serves cdi\.kubevirt\.io/v1beta1 DataImportCron"):
+        crd_schema("cdi.kubevirt.io/v1beta1", "DataImportCron")
+
+
+# --------------------------------------------------------------------------- vendored copies
+
+
+def test_sources_name_every_vendored_file_and_nothing_else() -> None:
+    root = crds_root()
+    files = {
+        str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and p.name != "SOURCES.md"
+    }
+    rows = re.findall(r"^\| `([^`]+)` \|(.*)\|$", (root / "SOURCES.md").read_text(), re.M)
+    assert {name for name, _ in rows} == files
+    # Each row names repository, tag, commit, upstream path and licence.
+    assert all(len(rest.split("|")) == 5 and "Apache-2.0" in rest for _, rest in rows)
+
+
+def test_refresh_copies_changed_files_and_adds_named_ones(tmp_path: Path) -> None:
+    source = tmp_path / "upstream"
+    shutil.copytree(crds_root(), source)
+    (source / "extra").mkdir()
+    (source / "extra" / "x.io_things.yaml").write_text("kind: CustomResourceDefinition\n")
+    vendored = tmp_path / "repo" / "schemas" / "upstream"
+    shutil.copytree(crds_root(), vendored)
+    script = tmp_path / "repo" / "scripts" / "refresh-schemas"
+    script.parent.mkdir()
+    shutil.copy(ROOT / "scripts" / "refresh-schemas", script)
+    changed = source / "crossplane" / "pkg.crossplane.io_providers.yaml"
+    changed.write_text(changed.read_text() + "# newer\n")
+
+    def refresh(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, str(script), str(source), *args]
+        return subprocess.run(cmd, capture_output=True, text=True, check=False)
+
+    assert refresh().stdout == "updated crossplane/pkg.crossplane.io_providers.yaml\n"
+    assert (
+        (vendored / "crossplane" / "pkg.crossplane.io_providers.yaml")
+        .read_text()
+        .endswith("# newer\n")
+    )
+    assert refresh("extra/x.io_things.yaml").stdout == "added extra/x.io_things.yaml\n"
+    assert refresh().stdout == ""
+    missing = refresh("extra/none.yaml")
+    assert (missing.returncode, missing.stderr) == (1, f"not in {source}: extra/none.yaml\n")
 
 
 # --------------------------------------------------------------------------- core kinds
