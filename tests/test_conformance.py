@@ -1,5 +1,7 @@
-"""Every rendered object validates against the real upstream schema of its kind."""
+"""Every rendered object validates against the real upstream schema of its kind, and so does
+every object the examples feed the function."""
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,46 @@ def test_every_object_from_every_example_is_schema_valid(case: Path) -> None:
     assert out.resources
     for name, manifest in out.resources.items():
         assert validate(as_applied(manifest)) == [], name
+
+
+def example_inputs() -> Iterator[Any]:
+    """Each object of every observed.yaml and required.yaml, and each object an Object observes."""
+    for case in EXAMPLES:
+        for file in ("observed.yaml", "required.yaml"):
+            path = case / file
+            for doc in load_stream(path) if path.exists() else []:
+                where = f"{case.name}/{file}:{doc['kind']}/{doc['metadata']['name']}"
+                yield pytest.param(doc, id=where)
+                inside = (doc.get("status") or {}).get("atProvider", {}).get("manifest")
+                if inside is not None:
+                    yield pytest.param(inside, id=f"{where}:{inside['kind']}")
+
+
+@pytest.mark.parametrize("obj", list(example_inputs()))
+def test_every_object_the_examples_feed_the_function_is_schema_valid(obj: dict[str, Any]) -> None:
+    assert validate(obj) == []
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in EXAMPLES if (c / "observed.yaml").exists()], ids=lambda c: c.name
+)
+def test_observed_examples_carry_what_the_api_server_and_crossplane_set(case: Path) -> None:
+    composite = load_stream(case / "xr.yaml")[0]
+    name = composite["metadata"]["name"]
+    owners = []
+    for doc in load_stream(case / "observed.yaml"):
+        meta = doc["metadata"]
+        assert {"uid", "resourceVersion", "creationTimestamp"} <= meta.keys(), meta["name"]
+        assert "crossplane.io/composition-resource-name" in meta["annotations"], meta["name"]
+        assert meta["labels"]["crossplane.io/composite"] == name, meta["name"]
+        [owner] = meta["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["controller"]) == (
+            composite["kind"],
+            name,
+            True,
+        )
+        owners.append(owner["uid"])
+    assert len(set(owners)) == 1, "every composed resource has the same XR as its controller"
 
 
 @settings(max_examples=40, deadline=None)
