@@ -1,9 +1,10 @@
 """The gRPC edge: translates between protobuf and render(); holds no composition logic."""
 
 import functools
+import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from crossplane.function import logging, response
@@ -17,6 +18,10 @@ from function.model.platform import SandboxPlatform
 from function.model.spec import WorkspaceSandbox
 from function.render import Rendered, render
 from function.wire import StructView, fill, to_dict, to_python
+
+if TYPE_CHECKING:
+    # The SDK's logging is structlog's; only its type is named here.
+    from structlog.stdlib import BoundLogger
 
 XR_API_VERSION = "sandbox.cozystack.io/v1alpha1"
 XR_KIND = "WorkspaceSandbox"
@@ -124,19 +129,47 @@ def _write(rsp: fnv1.RunFunctionResponse, out: Rendered) -> None:
 class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
     """Serves RunFunction for v1 (and, through the SDK's wrapper, v1beta1)."""
 
-    def __init__(self, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        *,
+        debug: bool = False,
+    ) -> None:
         self.log = logging.get_logger()
         self.clock = clock
+        self.debug = debug
 
     async def RunFunction(
         self, req: fnv1.RunFunctionRequest, _: grpc.aio.ServicerContext[Any, Any] | None
     ) -> fnv1.RunFunctionResponse:
+        start = time.perf_counter() if self.debug else 0.0
+        try:
+            rsp = self._run(req)
+        except Exception as err:
+            # grpc logs the traceback, but not which XR raised it.
+            self._log(req).error("cannot run", error=f"{type(err).__name__}: {err}")
+            raise
+        if self.debug:
+            ms = round((time.perf_counter() - start) * 1000, 3)
+            self._log(req).debug("ran", ms=ms, **_outcome(rsp))
+        return rsp
+
+    def _log(self, req: fnv1.RunFunctionRequest) -> "BoundLogger":
+        # Read only when a line is written: the hot path never looks at the XR's metadata.
+        meta = StructView(req.observed.composite.resource).get("metadata")
+        if not isinstance(meta, Mapping):
+            meta = {}
+        return self.log.bind(
+            tag=req.meta.tag, namespace=meta.get("namespace"), name=meta.get("name")
+        )
+
+    def _run(self, req: fnv1.RunFunctionRequest) -> fnv1.RunFunctionResponse:
         rsp = response.to(req)
         try:
             ws, platform, observed, required = _read(req)
             out = render(ws, platform, observed, self.clock(), required)
         except FieldError as err:
-            self.log.info("cannot render", tag=req.meta.tag, path=err.path)
+            self._log(req).info("cannot render", path=err.path)
             rsp.results.append(
                 fnv1.Result(
                     severity=fnv1.SEVERITY_FATAL,
@@ -156,3 +189,16 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
                 )
             )
         return rsp
+
+
+def _outcome(rsp: fnv1.RunFunctionResponse) -> dict[str, Any]:
+    """What a call answered, for its debug line."""
+    results = [
+        f"{fnv1.Severity.Name(r.severity).removeprefix('SEVERITY_')} {r.reason}".rstrip()
+        for r in rsp.results
+    ]
+    if any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results):
+        state = "fatal"
+    else:
+        state = "ready" if rsp.desired.composite.ready == fnv1.READY_TRUE else "not ready"
+    return {"resources": len(rsp.desired.resources), "state": state, "results": results}

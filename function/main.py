@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import click
+import grpc
 from crossplane.function import logging, runtime
 
 from function import offline
@@ -35,19 +36,25 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--debug", "-d", is_flag=True, help="Emit debug logs.")
+@click.option("--debug", "-d", is_flag=True, help="Emit debug logs: each call's timing and result.")
 @click.option(
     "--address", default="0.0.0.0:9443", show_default=True, help="Address to listen on for gRPC."
 )
 @click.option(
+    "--tls-certs-dir",
     "--tls-server-certs-dir",
+    "tls_certs_dir",
+    metavar="DIR",
     envvar="TLS_SERVER_CERTS_DIR",
-    help="Directory with tls.crt, tls.key and ca.crt for mTLS.",
+    show_envvar=True,
+    help="Directory with tls.crt, tls.key and the ca.crt that callers' certificates must chain "
+    "to (mTLS).",
 )
 @click.option(
     "--insecure",
     is_flag=True,
-    help="Serve without TLS (for local testing and `crossplane render`).",
+    help="Serve without TLS, ignoring any certificates (for local testing and `crossplane "
+    "render`).",
 )
 @click.option(
     "--max-recv-message-size",
@@ -59,24 +66,65 @@ def cli() -> None:
 def serve(
     debug: bool,  # noqa: FBT001  # click passes flags positionally by keyword
     address: str,
-    tls_server_certs_dir: str | None,
+    tls_certs_dir: str | None,
     insecure: bool,  # noqa: FBT001  # click passes flags positionally by keyword
     max_recv_message_size: int,
 ) -> None:
     """Run the gRPC server Crossplane calls (v1 and v1beta1)."""
+    # --insecure wins over certificates, as in function-sdk-go and the template's help. Given
+    # both, the SDK would bind a TLS and a plaintext listener to the same address, each taking
+    # about half the connections.
+    try:
+        creds = None if insecure else _credentials(tls_certs_dir)
+    except CertificatesError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(2)
     logging.configure(logging.Level.DEBUG if debug else logging.Level.INFO)
     # Everything imported so far lives as long as the process: keep the collector off it, and
     # let it run less often, since a call allocates many short-lived dicts and frees them all.
     gc.freeze()
     gc.set_threshold(20_000, 50, 100)
     runtime.serve(
-        FunctionRunner(),
+        FunctionRunner(debug=debug),
         address,
         # The SDK accepts None with --insecure; its annotation says otherwise.
-        creds=runtime.load_credentials(tls_server_certs_dir) if tls_server_certs_dir else None,  # type: ignore[arg-type]
+        creds=creds,  # type: ignore[arg-type]
         insecure=insecure,
         options=[("grpc.max_receive_message_length", max_recv_message_size * 1024 * 1024)],
     )
+
+
+class CertificatesError(Exception):
+    """The server has no usable mTLS certificates; the message says what to give it."""
+
+
+_CERT_FILES = ("tls.crt", "tls.key", "ca.crt")
+_NEEDS = "the certificates directory needs tls.crt, tls.key and ca.crt"
+
+
+def _credentials(certs_dir: str | None) -> grpc.ServerCredentials:
+    """The SDK's mTLS credentials, after checking each file it would read.
+
+    The SDK would raise a bare ValueError without a directory and a FileNotFoundError for a
+    missing file, and with a file that isn't PEM, gRPC fails later with "Failed to bind".
+    """
+    if not certs_dir:
+        raise CertificatesError(
+            "serve needs mTLS certificates: set --tls-certs-dir or TLS_SERVER_CERTS_DIR to a "
+            "directory with tls.crt, tls.key and ca.crt, or pass --insecure to serve without TLS"
+        )
+    root = Path(certs_dir)
+    if not root.is_dir():
+        raise CertificatesError(f"{root}: no such directory; {_NEEDS}")
+    for name in _CERT_FILES:
+        path = root / name
+        try:
+            pem = path.read_bytes()
+        except OSError as err:
+            raise CertificatesError(f"{path}: {err.strerror}; {_NEEDS}") from None
+        if b"-----BEGIN " not in pem:
+            raise CertificatesError(f"{path}: not PEM-encoded; {_NEEDS}")
+    return runtime.load_credentials(certs_dir)
 
 
 @cli.command()

@@ -1,14 +1,17 @@
 """The edge at the SDK level: a request in, a response compared, as Crossplane would call it."""
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import structlog
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
 from crossplane.function.runtime import BetaFunctionRunner
 from google.protobuf import json_format
 
+from function import fn
 from function.compose.kubernetes_object import GROWN
 from function.fn import FunctionRunner
 from tests.support import (
@@ -259,3 +262,127 @@ async def test_before_capabilities_were_advertised_everything_is_assumed() -> No
     rsp = await run(request(xr({"restoreFrom": {"snapshot": "nightly"}})))
     assert not rsp.results
     assert "restore-snapshot" in rsp.requirements.resources
+
+
+@pytest.fixture
+def logs() -> Iterator[list[dict[str, Any]]]:
+    """Every line the runner logs, as structlog's event dicts; level filters as in --debug."""
+    structlog.reset_defaults()
+    with structlog.testing.capture_logs() as captured:
+        yield captured
+    structlog.reset_defaults()
+
+
+XR_NAMED = {"tag": "test", "namespace": NAMESPACE, "name": "alice-api"}
+
+
+async def test_a_fatal_call_logs_which_xr_it_was(logs: list[dict[str, Any]]) -> None:
+    await run(request(xr({"preset": "xl"})))
+    assert logs == [
+        {"event": "cannot render", "log_level": "info", **XR_NAMED, "path": "spec.preset"}
+    ]
+
+
+async def test_a_call_without_debug_logs_nothing_and_times_nothing(
+    logs: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unused(*_: Any) -> None:
+        pytest.fail("looked at for a log line that isn't written")
+
+    monkeypatch.setattr(FunctionRunner, "_log", unused)
+    monkeypatch.setattr(fn, "_outcome", unused)
+    monkeypatch.setattr(fn.time, "perf_counter", unused)
+    rsp = await run(request(xr()))
+    assert not rsp.results
+    assert logs == []
+
+
+def _debug(rsp_lines: list[dict[str, Any]]) -> dict[str, Any]:
+    (line,) = [line for line in rsp_lines if line["log_level"] == "debug"]
+    assert isinstance(line.pop("ms"), float)
+    return line
+
+
+async def test_debug_logs_one_line_per_call_with_its_result(logs: list[dict[str, Any]]) -> None:
+    runner = FunctionRunner(clock=lambda: NOW, debug=True)
+    await runner.RunFunction(request(xr()), None)
+    assert len(logs) == 1
+    assert _debug(logs) == {
+        "event": "ran",
+        "log_level": "debug",
+        **XR_NAMED,
+        "resources": 5,
+        "state": "not ready",
+        "results": [],
+    }
+
+
+@pytest.mark.parametrize(
+    ("spec", "observed", "want"),
+    [
+        pytest.param({}, "running", {"resources": 6, "state": "ready", "results": []}, id="ready"),
+        pytest.param(
+            {"preset": "xl"},
+            None,
+            {"resources": 0, "state": "fatal", "results": ["FATAL InvalidSpec"]},
+            id="fatal",
+        ),
+        pytest.param(
+            {"restoreFrom": {"snapshot": "nightly"}},
+            None,
+            {
+                "resources": 3,
+                "state": "not ready",
+                "results": ["WARNING RequiredResourcesUnsupported"],
+            },
+            id="warning",
+        ),
+    ],
+)
+async def test_debug_line_says_ready_fatal_and_each_results_severity(
+    logs: list[dict[str, Any]], spec: dict[str, Any], observed: str | None, want: dict[str, Any]
+) -> None:
+    if observed:
+        case = next(c for c in EXAMPLES if c.name == observed)
+        composite = load_stream(case / "xr.yaml")[0]
+        req = request(composite, observed_of(case))
+    else:
+        req = request(xr(spec))
+    req.meta.capabilities.extend([fnv1.CAPABILITY_CAPABILITIES, fnv1.CAPABILITY_CONDITIONS])
+    await FunctionRunner(clock=lambda: NOW, debug=True).RunFunction(req, None)
+    line = _debug(logs)
+    assert {k: line[k] for k in want} == want
+    assert (line["namespace"], line["name"]) == (
+        req.observed.composite.resource["metadata"]["namespace"],
+        req.observed.composite.resource["metadata"]["name"],
+    )
+
+
+async def test_a_call_that_raises_logs_which_xr_and_still_raises(
+    logs: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*_: Any) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(fn, "render", broken)
+    with pytest.raises(RuntimeError, match="boom"):
+        await run(request(xr()))
+    assert logs == [
+        {"event": "cannot run", "log_level": "error", **XR_NAMED, "error": "RuntimeError: boom"}
+    ]
+
+
+async def test_a_request_without_an_xr_logs_without_a_name(logs: list[dict[str, Any]]) -> None:
+    req = request(xr())
+    req.observed.ClearField("composite")
+    await run(req)
+    assert logs == [
+        {
+            "event": "cannot render",
+            "log_level": "info",
+            "tag": "test",
+            "namespace": None,
+            "name": None,
+            "path": "composite",
+        }
+    ]
