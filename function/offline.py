@@ -138,9 +138,12 @@ async def run(runner: FunctionRunner, offline: Offline) -> fnv1.RunFunctionRespo
 
 
 def plain(value: Any) -> Any:
-    """JSON as the API server reads it: a Struct's 3.0 is the integer 3 again."""
+    """JSON as the API server reads it: a Struct's 3.0 is the integer 3 again.
+
+    Keys come out sorted: a Struct's map order changes from one process to the next.
+    """
     if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
+        return {k: plain(v) for k, v in sorted(value.items())}
     if isinstance(value, list):
         return [plain(v) for v in value]
     if isinstance(value, float) and value.is_integer():

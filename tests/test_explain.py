@@ -1,5 +1,8 @@
 """`workspace-sandbox policy explain`: verdicts for a rendered sandbox, from the command line."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -138,3 +141,25 @@ def test_a_sandbox_not_yet_placed_in_its_plane_has_nothing_to_judge() -> None:
         "error: nothing is placed in ComputePlane 'computeplane' yet; give --observed and "
         "--required\n"
     )
+
+
+def test_every_process_names_the_same_rule() -> None:
+    # A protobuf map's order follows the process's hash seed (these three seeds give three
+    # orders of the same five resources); the rule named when two policies allow must not.
+    def run(seed: int) -> str:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from function.main import cli; cli()",
+                "policy",
+                "explain",
+                FULL,
+            ],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+
+    assert run(0) == run(1) == run(2) == explain()[1]
