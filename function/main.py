@@ -3,8 +3,10 @@
 import asyncio
 import gc
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 from crossplane.function import logging, runtime
@@ -16,10 +18,21 @@ from function.explain import explain as explain_flows
 from function.fn import FunctionRunner
 from function.wire import to_dict
 
-DEFAULT_COMPOSITION = (
-    Path(__file__).resolve().parent.parent / "compositions" / "workspacesandbox.yaml"
-)
+Command = TypeVar("Command", bound=Callable[..., Any])
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+
+
+def composition_option(purpose: str) -> Callable[[Command], Command]:
+    # Package data: an installed wheel or the image finds it as a checkout does.
+    return click.option(
+        "--composition",
+        type=_FILE,
+        default=offline.SHIPPED_COMPOSITION,
+        help=f"Composition {purpose}. Default: the one installed with this package, "
+        "identical to the repository's compositions/workspacesandbox.yaml.",
+    )
+
+
 # What Crossplane would send besides the XR; a ComputePlane placement needs both to be placed.
 OBSERVED = click.option(
     "--observed",
@@ -81,13 +94,7 @@ def serve(
 
 @cli.command()
 @click.argument("xr", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option(
-    "--composition",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=DEFAULT_COMPOSITION,
-    show_default="compositions/workspacesandbox.yaml",
-    help="Composition whose step input (a SandboxPlatform) to use.",
-)
+@composition_option("whose step input (a SandboxPlatform) to use")
 @OBSERVED
 @REQUIRED
 @click.option("--include-results", is_flag=True, help="Also print the function's results.")
@@ -128,13 +135,7 @@ def policy() -> None:
 
 
 @policy.command()
-@click.option(
-    "--composition",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=DEFAULT_COMPOSITION,
-    show_default="compositions/workspacesandbox.yaml",
-    help="Composition whose SandboxPlatform input sets the site deny list.",
-)
+@composition_option("whose SandboxPlatform input sets the site deny list")
 def guard(composition: Path) -> None:
     """Print the CiliumClusterwideNetworkPolicy that guards every sandbox pod."""
     try:
@@ -150,12 +151,7 @@ def guard(composition: Path) -> None:
 @click.option("--from", "source", help="Caller: an IP or namespace/pod, connecting to the sandbox.")
 @click.option("--port", type=click.IntRange(1, 65535), help="Destination port.")
 @click.option("--protocol", type=click.Choice(["TCP", "UDP", "SCTP", "ICMP"]), default="TCP")
-@click.option(
-    "--composition",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=DEFAULT_COMPOSITION,
-    show_default="compositions/workspacesandbox.yaml",
-)
+@composition_option("whose SandboxPlatform input the sandbox is rendered with")
 @click.option("--no-baseline", is_flag=True, help="Leave out Cozystack's tenant baseline policies.")
 @OBSERVED
 @REQUIRED
