@@ -34,12 +34,30 @@ def composition_option(purpose: str) -> Callable[[Command], Command]:
 
 
 # What Crossplane would send besides the XR; a ComputePlane placement needs both to be placed.
+# crossplane render's names and short forms, then the ones this command had first.
+_STREAM = click.Path(exists=True, path_type=Path)
 OBSERVED = click.option(
+    "--observed-resources",
+    "-o",
     "--observed",
-    type=_FILE,
-    help="YAML stream of observed composed resources (and optionally the XR with status).",
+    "observed",
+    type=_STREAM,
+    metavar="PATH",
+    help="YAML file, or directory of them, of observed composed resources (matched by their "
+    "crossplane.io/composition-resource-name annotation), and optionally the XR with status.",
 )
-REQUIRED = click.option("--required", type=_FILE, help="YAML stream of required resources.")
+REQUIRED = click.option(
+    "--required-resources",
+    "-e",
+    "--required",
+    "--extra-resources",
+    "required",
+    type=_STREAM,
+    multiple=True,
+    metavar="PATH",
+    help="YAML file, or directory of them, of resources offered to the function's "
+    "requirements; repeat for more.",
+)
 
 
 @click.group()
@@ -97,7 +115,14 @@ def serve(
 @composition_option("whose step input (a SandboxPlatform) to use")
 @OBSERVED
 @REQUIRED
-@click.option("--include-results", is_flag=True, help="Also print the function's results.")
+@click.option(
+    "--include-function-results",
+    "-r",
+    "--include-results",
+    "include_results",
+    is_flag=True,
+    help="Also print the function's results, as objects of kind Result.",
+)
 @click.option(
     "--now",
     type=click.DateTime(formats=["%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z"]),
@@ -107,11 +132,15 @@ def render(  # noqa: PLR0917  # click passes every option by keyword
     xr: Path,
     composition: Path,
     observed: Path | None,
-    required: Path | None,
+    required: tuple[Path, ...],
     include_results: bool,  # noqa: FBT001  # click passes flags positionally by keyword
     now: datetime | None,
 ) -> None:
-    """Run the function in-process and print what `crossplane render` would."""
+    """Run the function in-process and print what `crossplane render` would.
+
+    The options take crossplane render's names; --observed, --required and --include-results
+    are kept.
+    """
     logging.configure(logging.Level.DISABLED)
     clock = now.replace(tzinfo=now.tzinfo or UTC) if now else datetime.now(UTC)
     try:
@@ -170,7 +199,7 @@ def explain(  # noqa: PLR0917  # click passes every option by keyword
     composition: Path,
     no_baseline: bool,  # noqa: FBT001  # click passes flags positionally by keyword
     observed: Path | None,
-    required: Path | None,
+    required: tuple[Path, ...],
     enforcement: str,
 ) -> None:
     """Render XR and print the verdict, and the rule that decided it, for flows to and from it.

@@ -4,6 +4,7 @@ The `render` command runs the same FunctionRunner in-process that `serve` puts b
 what it prints is what Crossplane would apply.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.resources import files
 from importlib.resources.abc import Traversable
@@ -66,6 +67,16 @@ def guard(composition: Traversable) -> str:
     return header + yaml.dump(guard_policy(platform(composition)), Dumper=_Dumper, sort_keys=False)
 
 
+def _stream(path: Path) -> list[dict[str, Any]]:
+    """A YAML file, or every .yaml and .yml file in a directory (not below), by name."""
+    if not path.is_dir():
+        return _documents(path)
+    found = sorted(p for p in path.iterdir() if p.suffix in {".yaml", ".yml"} and not p.is_dir())
+    if not found:
+        raise InputError(f"{path}: no YAML files found (.yaml or .yml)")
+    return [doc for p in found for doc in _documents(p)]
+
+
 def _same_object(a: dict[str, Any], b: dict[str, Any]) -> bool:
     def ident(o: dict[str, Any]) -> tuple[Any, ...]:
         meta = o.get("metadata") or {}
@@ -83,7 +94,7 @@ class Offline:
 
 
 def request(
-    xr_path: Path, composition: Traversable, observed: Path | None, required: Path | None
+    xr_path: Path, composition: Traversable, observed: Path | None, required: Sequence[Path] = ()
 ) -> Offline:
     xrs = _documents(xr_path)
     if len(xrs) != 1:
@@ -95,7 +106,7 @@ def request(
         input=resource.dict_to_struct(step_input),
         observed=fnv1.State(composite=fnv1.Resource(resource=resource.dict_to_struct(xr))),
     )
-    for doc in _documents(observed) if observed else ():
+    for doc in _stream(observed) if observed else ():
         if _same_object(doc, xr):
             req.observed.composite.resource.update(doc)
             continue
@@ -105,7 +116,7 @@ def request(
                 f"{observed}: a composed resource lacks the {RESOURCE_NAME} annotation"
             )
         req.observed.resources[name].resource.update(doc)
-    return Offline(req, step, _documents(required) if required else [])
+    return Offline(req, step, [doc for path in required for doc in _stream(path)])
 
 
 def _matches(selector: fnv1.ResourceSelector, doc: dict[str, Any]) -> bool:

@@ -8,7 +8,7 @@ import yaml
 from click.testing import CliRunner
 
 from function.main import cli
-from tests.support import EXAMPLES, ROOT
+from tests.support import EXAMPLES, ROOT, load_stream
 
 GOLDEN = ROOT / "tests" / "golden"
 NOW = "2026-11-29T12:00:00Z"
@@ -96,3 +96,66 @@ def test_observed_resources_need_their_composition_resource_name(tmp_path: Path)
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 2
     assert "lacks the crossplane.io/composition-resource-name annotation" in result.stderr
+
+
+# --------------------------------------------------------------------------- as crossplane render
+
+PLANE = ROOT / "examples" / "dedicated-plane"
+OBSERVED, REQUIRED = str(PLANE / "observed.yaml"), str(PLANE / "required.yaml")
+
+
+def render_plane(*flags: str) -> str:
+    args = ["render", str(PLANE / "xr.yaml"), "--now", NOW, *flags]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        pytest.param(
+            [
+                "--observed-resources",
+                OBSERVED,
+                "--required-resources",
+                REQUIRED,
+                "--include-function-results",
+            ],
+            id="crossplane-names",
+        ),
+        pytest.param(["-o", OBSERVED, "-e", REQUIRED, "-r"], id="crossplane-short-forms"),
+        pytest.param(
+            ["--observed", OBSERVED, "--extra-resources", REQUIRED, "--include-results"],
+            id="extra-resources",
+        ),
+    ],
+)
+def test_render_takes_crossplane_render_option_names(flags: list[str]) -> None:
+    assert render_plane(*flags) == (GOLDEN / "dedicated-plane.yaml").read_text()
+
+
+def test_observed_and_required_resources_may_be_directories_or_several_files(
+    tmp_path: Path,
+) -> None:
+    observed, required = tmp_path / "observed", tmp_path / "required"
+    (observed / "nested").mkdir(parents=True)
+    required.mkdir()
+    docs = load_stream(Path(OBSERVED))
+    # Read by file name, as crossplane render does; other files and folders are left alone.
+    (observed / "b.yml").write_text(yaml.safe_dump_all(docs[1:]))
+    (observed / "a.yaml").write_text(yaml.safe_dump_all(docs[:1]))
+    (observed / "notes.txt").write_text("not YAML: {")
+    (observed / "nested" / "c.yaml").write_text("not YAML: {")
+    wanted = load_stream(Path(REQUIRED))
+    (required / "first.yaml").write_text(yaml.safe_dump_all(wanted[:1]))
+    (tmp_path / "rest.yaml").write_text(yaml.safe_dump_all(wanted[1:]))
+    flags = ["-o", str(observed), "-e", str(required), "-e", str(tmp_path / "rest.yaml"), "-r"]
+    assert render_plane(*flags) == (GOLDEN / "dedicated-plane.yaml").read_text()
+
+
+def test_a_directory_without_yaml_files_is_a_usage_error(tmp_path: Path) -> None:
+    args = ["render", str(ROOT / "examples/minimal/xr.yaml"), "-o", str(tmp_path)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {tmp_path}: no YAML files found (.yaml or .yml)\n"

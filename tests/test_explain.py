@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from function.main import cli
@@ -128,6 +129,25 @@ def test_a_sandbox_in_a_plane_is_judged_inside_it() -> None:
     ]
     assert all(": denied: " in line for line in lines[1:] if ": allowed" not in line)
     assert len(lines) == 22
+
+
+@pytest.mark.parametrize(
+    ("observed", "required"),
+    [
+        pytest.param("--observed-resources", "--required-resources", id="crossplane-names"),
+        pytest.param("-o", "-e", id="crossplane-short-forms"),
+        pytest.param("--observed", "--extra-resources", id="extra-resources"),
+    ],
+)
+def test_explain_takes_crossplane_render_option_names(observed: str, required: str) -> None:
+    def explain_plane(observed: str, required: str) -> str:
+        args = ["policy", "explain", str(PLANE / "xr.yaml")]
+        args += [observed, str(PLANE / "observed.yaml"), required, str(PLANE / "required.yaml")]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    assert explain_plane(observed, required) == explain_plane("--observed", "--required")
 
 
 def test_a_sandbox_not_yet_placed_in_its_plane_has_nothing_to_judge() -> None:

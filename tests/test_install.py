@@ -89,9 +89,9 @@ def test_the_installed_package_is_imported_from_the_venv(installed: Installed) -
             [
                 "render",
                 str(RUNNING / "xr.yaml"),
-                "--observed",
+                "-o",
                 str(RUNNING / "observed.yaml"),
-                "--include-results",
+                "--include-function-results",
                 "--now",
                 NOW,
             ],
