@@ -124,6 +124,18 @@ def serve(
     help="Also print the function's results, as objects of kind Result.",
 )
 @click.option(
+    "--include-full-xr",
+    "-x",
+    is_flag=True,
+    help="Print the XR's metadata and spec too, not only the status the function set.",
+)
+@click.option(
+    "--include-context",
+    "-c",
+    is_flag=True,
+    help="Also print the pipeline's context, as an object of kind Context.",
+)
+@click.option(
     "--now",
     type=click.DateTime(formats=["%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z"]),
     help="Fix the clock, e.g. 2026-12-01T18:00:00Z.",
@@ -134,12 +146,15 @@ def render(  # noqa: PLR0917  # click passes every option by keyword
     observed: Path | None,
     required: tuple[Path, ...],
     include_results: bool,  # noqa: FBT001  # click passes flags positionally by keyword
+    include_full_xr: bool,  # noqa: FBT001  # click passes flags positionally by keyword
+    include_context: bool,  # noqa: FBT001  # click passes flags positionally by keyword
     now: datetime | None,
 ) -> None:
     """Run the function in-process and print what `crossplane render` would.
 
-    The options take crossplane render's names; --observed, --required and --include-results
-    are kept.
+    That is the XR with the status the function set and the Ready condition Crossplane derives,
+    then every composed resource with the metadata Crossplane adds. The options take
+    crossplane render's names; --observed, --required and --include-results are kept.
     """
     logging.configure(logging.Level.DISABLED)
     clock = now.replace(tzinfo=now.tzinfo or UTC) if now else datetime.now(UTC)
@@ -149,9 +164,15 @@ def render(  # noqa: PLR0917  # click passes every option by keyword
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
     rsp = asyncio.run(offline.run(FunctionRunner(clock=lambda: clock), files))
-    click.echo(
-        offline.stream(files.req, rsp, files.step, include_results=include_results), nl=False
+    printed = offline.stream(
+        files.req,
+        rsp,
+        files.step,
+        include_results=include_results,
+        include_full_xr=include_full_xr,
+        include_context=include_context,
     )
+    click.echo(printed, nl=False)
     fatal = offline.fatal(rsp)
     if fatal:
         click.echo(f"error: {fatal}", err=True)

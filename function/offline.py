@@ -1,7 +1,10 @@
 """Files in, a RunFunctionRequest out; a response out as `crossplane render` prints it.
 
 The `render` command runs the same FunctionRunner in-process that `serve` puts behind gRPC, so
-what it prints is what Crossplane would apply.
+what it prints is what Crossplane would apply. The output follows crossplane/crossplane v2.2's
+`cmd/crank/render` (render.go and cmd.go): the XR carries only what the pipeline set, its status,
+plus the Ready condition Crossplane derives; each composed resource gets the metadata
+Crossplane's composition controller adds.
 """
 
 from collections.abc import Sequence
@@ -22,6 +25,7 @@ from function.model.platform import SandboxPlatform
 from function.wire import to_dict
 
 RESOURCE_NAME = "crossplane.io/composition-resource-name"
+COMPOSITE_LABEL = "crossplane.io/composite"
 # Package data, so that an installed wheel or the image finds it as a checkout does;
 # compositions/workspacesandbox.yaml and deploy/composition.yaml are copies of it.
 SHIPPED_COMPOSITION = files("function") / "compositions" / "workspacesandbox.yaml"
@@ -179,49 +183,126 @@ _CONDITION_STATUS = {
     fnv1.STATUS_CONDITION_FALSE: "False",
     fnv1.STATUS_CONDITION_UNKNOWN: "Unknown",
 }
+# crossplane render's fixed lastTransitionTime: a real one would be noise, and it is required.
+CONDITION_TIME = "2024-01-01T00:00:00Z"
+# Crossplane's own condition types; it ignores a function that sets them.
+_SYSTEM_CONDITIONS = frozenset({"Ready", "Synced", "Healthy"})
+
+
+def _condition(kind: str, status: str, reason: str, message: str = "") -> dict[str, str]:
+    found = {"type": kind, "status": status, "lastTransitionTime": CONDITION_TIME, "reason": reason}
+    return found | ({"message": message} if message else {})
+
+
+def _set_condition(conditions: list[dict[str, Any]], new: dict[str, Any]) -> None:
+    """Replace the condition of the same type, or append, as Crossplane's SetConditions does."""
+    for i, old in enumerate(conditions):
+        if old.get("type") == new["type"]:
+            conditions[i] = new
+            return
+    conditions.append(new)
+
+
+def _names(names: list[str]) -> str:
+    """The first three names in order, then how many more, as crossplane-runtime words it."""
+    names = sorted(names)
+    if len(names) > 3:  # noqa: PLR2004  # crossplane-runtime's DefaultFirstN
+        return f"{', '.join(names[:3])}, and {len(names) - 3} more"
+    if len(names) == 3:  # noqa: PLR2004  # crossplane-runtime's DefaultFirstN
+        return f"{names[0]}, {names[1]}, and {names[2]}"
+    return ", ".join(names)
+
+
+def ready_condition(rsp: fnv1.RunFunctionResponse) -> dict[str, str]:
+    """The XR's Ready condition: the pipeline's word if it gave one, else its resources'."""
+    ready = rsp.desired.composite.ready
+    if ready == fnv1.READY_TRUE:
+        return _condition("Ready", "True", "Available")
+    if ready == fnv1.READY_FALSE:
+        return _condition("Ready", "False", "Creating")
+    unready = [n for n, r in rsp.desired.resources.items() if r.ready != fnv1.READY_TRUE]
+    if unready:
+        return _condition("Ready", "False", "Creating", f"Unready resources: {_names(unready)}")
+    return _condition("Ready", "True", "Available")
+
+
+def _composite(
+    xr: dict[str, Any], rsp: fnv1.RunFunctionResponse, *, include_full_xr: bool
+) -> dict[str, Any]:
+    """What the pipeline set on the XR (its status), named after the XR, with conditions."""
+    out: dict[str, Any] = plain(to_dict(rsp.desired.composite.resource))
+    meta = xr.get("metadata") or {}
+    identity = {k: meta[k] for k in ("name", "namespace") if meta.get(k)}
+    out |= {
+        "apiVersion": xr.get("apiVersion"),
+        "kind": xr.get("kind"),
+        "metadata": (out.get("metadata") or {}) | identity,
+    }
+    status = out.setdefault("status", {})
+    conditions = status.setdefault("conditions", [])
+    _set_condition(conditions, ready_condition(rsp))
+    for c in rsp.conditions:
+        if c.type not in _SYSTEM_CONDITIONS:
+            status_of = _CONDITION_STATUS.get(c.status, "Unknown")
+            _set_condition(conditions, _condition(c.type, status_of, c.reason, c.message))
+    if include_full_xr:
+        # crossplane render copies the input XR's metadata and spec over what the pipeline set.
+        out |= {k: xr[k] for k in ("metadata", "spec") if k in xr}
+    return out
+
+
+def _composed(
+    name: str, xr: dict[str, Any], req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse
+) -> dict[str, Any]:
+    """A desired resource with the metadata Crossplane adds before it applies it."""
+    obj: dict[str, Any] = plain(to_dict(rsp.desired.resources[name].resource))
+    meta = obj.setdefault("metadata", {})
+    if name in req.observed.resources:
+        # An existing resource keeps its name, and its namespace unless the XR's overrides it.
+        seen = to_dict(req.observed.resources[name].resource).get("metadata") or {}
+        for key in ("namespace", "name", "generateName"):
+            meta.pop(key, None)
+            if seen.get(key):
+                meta[key] = seen[key]
+    xr_meta = xr.get("metadata") or {}
+    prefix = (xr_meta.get("labels") or {}).get(COMPOSITE_LABEL) or xr_meta.get("name")
+    if not meta.get("name") and not meta.get("generateName"):
+        meta["generateName"] = f"{prefix}-"
+    if xr_meta.get("namespace"):
+        meta["namespace"] = xr_meta["namespace"]
+    meta["annotations"] = (meta.get("annotations") or {}) | {RESOURCE_NAME: name}
+    meta["labels"] = (meta.get("labels") or {}) | {COMPOSITE_LABEL: prefix}
+    owner = {
+        "apiVersion": xr.get("apiVersion"),
+        "kind": xr.get("kind"),
+        "name": xr_meta.get("name"),
+        "uid": xr_meta.get("uid", ""),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    others = [r for r in meta.get("ownerReferences") or [] if r.get("uid") != owner["uid"]]
+    meta["ownerReferences"] = [*others, owner]
+    return obj
 
 
 def stream(
-    req: fnv1.RunFunctionRequest, rsp: fnv1.RunFunctionResponse, step: str, *, include_results: bool
+    req: fnv1.RunFunctionRequest,
+    rsp: fnv1.RunFunctionResponse,
+    step: str,
+    *,
+    include_results: bool,
+    include_full_xr: bool = False,
+    include_context: bool = False,
 ) -> str:
-    """The XR with the status the function set, then each composed resource, then results."""
+    """The XR, then each composed resource by name, then results and the context if asked.
+
+    On a FATAL result Crossplane applies nothing, so only the results are printed.
+    """
     xr = plain(to_dict(req.observed.composite.resource))
-    meta = xr.get("metadata") or {}
     out: list[dict[str, Any]] = []
     if fatal(rsp) is None:
-        status = {
-            **(xr.get("status") or {}),
-            **plain(to_dict(rsp.desired.composite.resource)).get("status", {}),
-        }
-        conditions = [
-            {
-                "type": c.type,
-                "status": _CONDITION_STATUS[c.status],
-                "reason": c.reason,
-                "message": c.message,
-            }
-            for c in rsp.conditions
-        ]
-        if conditions:
-            status["conditions"] = conditions
-        out.append({**xr, "status": status})
-        owner = {
-            "apiVersion": xr.get("apiVersion"),
-            "kind": xr.get("kind"),
-            "name": meta.get("name"),
-            "uid": meta.get("uid", ""),
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
-        for name in sorted(rsp.desired.resources):
-            obj = plain(to_dict(rsp.desired.resources[name].resource))
-            m = obj.setdefault("metadata", {})
-            if meta.get("namespace"):
-                m["namespace"] = meta["namespace"]
-            m.setdefault("annotations", {})[RESOURCE_NAME] = name
-            m.setdefault("labels", {})["crossplane.io/composite"] = meta.get("name")
-            m["ownerReferences"] = [owner]
-            out.append(obj)
+        out.append(_composite(xr, rsp, include_full_xr=include_full_xr))
+        out += [_composed(name, xr, req, rsp) for name in sorted(rsp.desired.resources)]
     if include_results:
         for r in rsp.results:
             result = {
@@ -234,6 +315,14 @@ def stream(
             if r.HasField("reason"):
                 result["reason"] = r.reason
             out.append(result)
+    if include_context and fatal(rsp) is None:
+        out.append(
+            {
+                "apiVersion": "render.crossplane.io/v1beta1",
+                "kind": "Context",
+                "fields": plain(to_dict(rsp.context)),
+            }
+        )
     return yaml.dump_all(out, Dumper=_Dumper, sort_keys=True, explicit_start=True) if out else ""
 
 

@@ -6,7 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
+from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
+from function import offline
 from function.main import cli
 from tests.support import EXAMPLES, ROOT, load_stream
 
@@ -159,3 +161,135 @@ def test_a_directory_without_yaml_files_is_a_usage_error(tmp_path: Path) -> None
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 2
     assert result.stderr == f"error: {tmp_path}: no YAML files found (.yaml or .yml)\n"
+
+
+def test_the_xr_carries_its_status_only_unless_the_full_xr_is_asked_for() -> None:
+    xr = load_stream(PLANE / "xr.yaml")[0]
+    brief = next(yaml.safe_load_all(render_plane("-o", OBSERVED, "-e", REQUIRED)))
+    full = next(yaml.safe_load_all(render_plane("-o", OBSERVED, "-e", REQUIRED, "-x")))
+    assert sorted(brief) == ["apiVersion", "kind", "metadata", "status"]
+    assert brief["metadata"] == {"name": "dana-ml", "namespace": "tenant-acme"}
+    assert full == {**brief, "metadata": xr["metadata"], "spec": xr["spec"]}
+
+
+def test_the_context_is_printed_last_when_asked_for() -> None:
+    docs = list(yaml.safe_load_all(render_plane("-o", OBSERVED, "-e", REQUIRED, "-r", "-c")))
+    context = {"apiVersion": "render.crossplane.io/v1beta1", "kind": "Context", "fields": {}}
+    assert docs[-1] == context
+    assert [d for d in docs if d["kind"] == "Context"] == [context]
+
+
+def response(
+    composite: int, resources: dict[str, int], conditions: tuple[fnv1.Condition, ...] = ()
+) -> fnv1.RunFunctionResponse:
+    rsp = fnv1.RunFunctionResponse(conditions=conditions)
+    rsp.desired.composite.ready = composite
+    for name, ready in resources.items():
+        rsp.desired.resources[name].ready = ready
+    return rsp
+
+
+def ready(status: str, reason: str, message: str | None = None) -> dict[str, str]:
+    found = {
+        "type": "Ready",
+        "status": status,
+        "reason": reason,
+        "lastTransitionTime": offline.CONDITION_TIME,
+    }
+    return found | ({"message": message} if message else {})
+
+
+T, F, U = fnv1.READY_TRUE, fnv1.READY_FALSE, fnv1.READY_UNSPECIFIED
+
+
+@pytest.mark.parametrize(
+    ("composite", "resources", "want"),
+    [
+        pytest.param(T, {"vm": F}, ready("True", "Available"), id="the-function-says-ready"),
+        pytest.param(F, {"vm": T}, ready("False", "Creating"), id="the-function-says-not-ready"),
+        pytest.param(U, {"vm": T}, ready("True", "Available"), id="every-resource-ready"),
+        pytest.param(U, {}, ready("True", "Available"), id="no-resources"),
+        pytest.param(
+            U,
+            {"vm": F, "service": U},
+            ready("False", "Creating", "Unready resources: service, vm"),
+            id="two-unready-sorted",
+        ),
+        pytest.param(
+            U,
+            {"c": F, "b": F, "a": F},
+            ready("False", "Creating", "Unready resources: a, b, and c"),
+            id="three-unready",
+        ),
+        pytest.param(
+            U,
+            dict.fromkeys("edcba", F),
+            ready("False", "Creating", "Unready resources: a, b, c, and 2 more"),
+            id="more-than-three-unready",
+        ),
+    ],
+)
+def test_the_ready_condition_is_derived_as_crossplane_does(
+    composite: int, resources: dict[str, int], want: dict[str, str]
+) -> None:
+    assert offline.ready_condition(response(composite, resources)) == want
+
+
+def test_composed_resources_get_crossplane_metadata_and_the_xr_its_conditions() -> None:
+    xr = {
+        "apiVersion": "sandbox.cozystack.io/v1alpha1",
+        "kind": "WorkspaceSandbox",
+        "metadata": {"name": "alice-api", "namespace": "tenant-acme", "uid": "u-1"},
+        "spec": {"image": "ubuntu-24.04"},
+    }
+    req = fnv1.RunFunctionRequest()
+    req.observed.composite.resource.update(xr)
+    req.observed.resources["kept"].resource.update(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kept-x7k2q"}}
+    )
+    conditions = (
+        fnv1.Condition(type="Ready", status=fnv1.STATUS_CONDITION_TRUE, reason="Mine"),
+        fnv1.Condition(type="Synced", status=fnv1.STATUS_CONDITION_FALSE, reason="Mine"),
+        fnv1.Condition(type="Custom", status=fnv1.STATUS_CONDITION_UNKNOWN, reason="Why"),
+    )
+    rsp = response(F, {"kept": T, "fresh": T}, conditions)
+    for name in ("kept", "fresh"):
+        rsp.desired.resources[name].resource.update({"apiVersion": "v1", "kind": "ConfigMap"})
+    rsp.desired.resources["kept"].resource.update({"metadata": {"name": "wanted"}})
+    composite, fresh, kept = yaml.safe_load_all(
+        offline.stream(req, rsp, "step", include_results=False)
+    )
+    assert composite == {
+        "apiVersion": "sandbox.cozystack.io/v1alpha1",
+        "kind": "WorkspaceSandbox",
+        "metadata": {"name": "alice-api", "namespace": "tenant-acme"},
+        "status": {
+            "conditions": [
+                ready("False", "Creating"),
+                {
+                    "type": "Custom",
+                    "status": "Unknown",
+                    "reason": "Why",
+                    "lastTransitionTime": offline.CONDITION_TIME,
+                },
+            ]
+        },
+    }
+    owner = {
+        "apiVersion": "sandbox.cozystack.io/v1alpha1",
+        "kind": "WorkspaceSandbox",
+        "name": "alice-api",
+        "uid": "u-1",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    assert fresh["metadata"] == {
+        "generateName": "alice-api-",
+        "namespace": "tenant-acme",
+        "annotations": {"crossplane.io/composition-resource-name": "fresh"},
+        "labels": {"crossplane.io/composite": "alice-api"},
+        "ownerReferences": [owner],
+    }
+    # An existing resource keeps the name it was created with.
+    assert kept["metadata"]["name"] == "kept-x7k2q"
+    assert "generateName" not in kept["metadata"]
