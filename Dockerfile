@@ -13,8 +13,10 @@ RUN python3 -m venv /venv \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY function ./function
+# The CLI's default Composition is package data: `policy guard` reads it, or the build fails.
 RUN /venv/bin/pip install --no-cache-dir . \
- && /venv/bin/python -c "import function.fn"
+ && /venv/bin/python -c "import function.fn" \
+ && /venv/bin/workspace-sandbox policy guard > /dev/null
 
 FROM gcr.io/distroless/python3-debian13:nonroot
 COPY --from=build /venv /venv

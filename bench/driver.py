@@ -28,7 +28,7 @@ from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1bet
 from function.fn import FunctionRunner
 
 ROOT = Path(__file__).resolve().parent.parent
-COMPOSITION = ROOT / "compositions" / "workspacesandbox.yaml"
+COMPOSITION = ROOT / "function" / "compositions" / "workspacesandbox.yaml"
 RUN_FUNCTION = "/apiextensions.fn.proto.v1.FunctionRunnerService/RunFunction"
 RUN_FUNCTION_BETA = "/apiextensions.fn.proto.v1beta1.FunctionRunnerService/RunFunction"
 

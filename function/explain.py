@@ -79,7 +79,9 @@ def audit(
 ) -> Audit:
     meta = xr.get("metadata") or {}
     name, namespace = str(meta.get("name")), str(meta.get("namespace"))
-    desired = {k: plain(to_dict(r.resource)) for k, r in rsp.desired.resources.items()}
+    # A protobuf map's order changes from one process to the next; when two policies allow a
+    # flow, the first one is named, so read them in composition-resource-name order.
+    desired = {k: plain(to_dict(r.resource)) for k, r in sorted(rsp.desired.resources.items())}
     plane = dig(plain(to_dict(rsp.desired.composite.resource)), "status", "computePlane")
     notes = []
     if plane is not None:

@@ -3,8 +3,10 @@
 import asyncio
 import gc
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 import grpc
@@ -17,17 +19,46 @@ from function.explain import explain as explain_flows
 from function.fn import FunctionRunner
 from function.wire import to_dict
 
-DEFAULT_COMPOSITION = (
-    Path(__file__).resolve().parent.parent / "compositions" / "workspacesandbox.yaml"
-)
+Command = TypeVar("Command", bound=Callable[..., Any])
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
+
+
+def composition_option(purpose: str) -> Callable[[Command], Command]:
+    # Package data: an installed wheel or the image finds it as a checkout does.
+    return click.option(
+        "--composition",
+        type=_FILE,
+        default=offline.SHIPPED_COMPOSITION,
+        help=f"Composition {purpose}. Default: the one installed with this package, "
+        "identical to the repository's compositions/workspacesandbox.yaml.",
+    )
+
+
 # What Crossplane would send besides the XR; a ComputePlane placement needs both to be placed.
+# crossplane render's names and short forms, then the ones this command had first.
+_STREAM = click.Path(exists=True, path_type=Path)
 OBSERVED = click.option(
+    "--observed-resources",
+    "-o",
     "--observed",
-    type=_FILE,
-    help="YAML stream of observed composed resources (and optionally the XR with status).",
+    "observed",
+    type=_STREAM,
+    metavar="PATH",
+    help="YAML file, or directory of them, of observed composed resources (matched by their "
+    "crossplane.io/composition-resource-name annotation), and optionally the XR with status.",
 )
-REQUIRED = click.option("--required", type=_FILE, help="YAML stream of required resources.")
+REQUIRED = click.option(
+    "--required-resources",
+    "-e",
+    "--required",
+    "--extra-resources",
+    "required",
+    type=_STREAM,
+    multiple=True,
+    metavar="PATH",
+    help="YAML file, or directory of them, of resources offered to the function's "
+    "requirements; repeat for more.",
+)
 
 
 @click.group()
@@ -129,16 +160,29 @@ def _credentials(certs_dir: str | None) -> grpc.ServerCredentials:
 
 @cli.command()
 @click.argument("xr", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option(
-    "--composition",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=DEFAULT_COMPOSITION,
-    show_default="compositions/workspacesandbox.yaml",
-    help="Composition whose step input (a SandboxPlatform) to use.",
-)
+@composition_option("whose step input (a SandboxPlatform) to use")
 @OBSERVED
 @REQUIRED
-@click.option("--include-results", is_flag=True, help="Also print the function's results.")
+@click.option(
+    "--include-function-results",
+    "-r",
+    "--include-results",
+    "include_results",
+    is_flag=True,
+    help="Also print the function's results, as objects of kind Result.",
+)
+@click.option(
+    "--include-full-xr",
+    "-x",
+    is_flag=True,
+    help="Print the XR's metadata and spec too, not only the status the function set.",
+)
+@click.option(
+    "--include-context",
+    "-c",
+    is_flag=True,
+    help="Also print the pipeline's context, as an object of kind Context.",
+)
 @click.option(
     "--now",
     type=click.DateTime(formats=["%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S%z"]),
@@ -148,11 +192,18 @@ def render(  # noqa: PLR0917  # click passes every option by keyword
     xr: Path,
     composition: Path,
     observed: Path | None,
-    required: Path | None,
+    required: tuple[Path, ...],
     include_results: bool,  # noqa: FBT001  # click passes flags positionally by keyword
+    include_full_xr: bool,  # noqa: FBT001  # click passes flags positionally by keyword
+    include_context: bool,  # noqa: FBT001  # click passes flags positionally by keyword
     now: datetime | None,
 ) -> None:
-    """Run the function in-process and print what `crossplane render` would."""
+    """Run the function in-process and print what `crossplane render` would.
+
+    That is the XR with the status the function set and the Ready condition Crossplane derives,
+    then every composed resource with the metadata Crossplane adds. The options take
+    crossplane render's names; --observed, --required and --include-results are kept.
+    """
     logging.configure(logging.Level.DISABLED)
     clock = now.replace(tzinfo=now.tzinfo or UTC) if now else datetime.now(UTC)
     try:
@@ -161,9 +212,15 @@ def render(  # noqa: PLR0917  # click passes every option by keyword
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
     rsp = asyncio.run(offline.run(FunctionRunner(clock=lambda: clock), files))
-    click.echo(
-        offline.stream(files.req, rsp, files.step, include_results=include_results), nl=False
+    printed = offline.stream(
+        files.req,
+        rsp,
+        files.step,
+        include_results=include_results,
+        include_full_xr=include_full_xr,
+        include_context=include_context,
     )
+    click.echo(printed, nl=False)
     fatal = offline.fatal(rsp)
     if fatal:
         click.echo(f"error: {fatal}", err=True)
@@ -176,13 +233,7 @@ def policy() -> None:
 
 
 @policy.command()
-@click.option(
-    "--composition",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=DEFAULT_COMPOSITION,
-    show_default="compositions/workspacesandbox.yaml",
-    help="Composition whose SandboxPlatform input sets the site deny list.",
-)
+@composition_option("whose SandboxPlatform input sets the site deny list")
 def guard(composition: Path) -> None:
     """Print the CiliumClusterwideNetworkPolicy that guards every sandbox pod."""
     try:
@@ -198,12 +249,7 @@ def guard(composition: Path) -> None:
 @click.option("--from", "source", help="Caller: an IP or namespace/pod, connecting to the sandbox.")
 @click.option("--port", type=click.IntRange(1, 65535), help="Destination port.")
 @click.option("--protocol", type=click.Choice(["TCP", "UDP", "SCTP", "ICMP"]), default="TCP")
-@click.option(
-    "--composition",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=DEFAULT_COMPOSITION,
-    show_default="compositions/workspacesandbox.yaml",
-)
+@composition_option("whose SandboxPlatform input the sandbox is rendered with")
 @click.option("--no-baseline", is_flag=True, help="Leave out Cozystack's tenant baseline policies.")
 @OBSERVED
 @REQUIRED
@@ -222,7 +268,7 @@ def explain(  # noqa: PLR0917  # click passes every option by keyword
     composition: Path,
     no_baseline: bool,  # noqa: FBT001  # click passes flags positionally by keyword
     observed: Path | None,
-    required: Path | None,
+    required: tuple[Path, ...],
     enforcement: str,
 ) -> None:
     """Render XR and print the verdict, and the rule that decided it, for flows to and from it.

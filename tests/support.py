@@ -14,7 +14,7 @@ from function.model.platform import SandboxPlatform
 from function.model.spec import WorkspaceSandbox
 
 ROOT = Path(__file__).resolve().parent.parent
-COMPOSITION = ROOT / "compositions" / "workspacesandbox.yaml"
+COMPOSITION = ROOT / "function" / "compositions" / "workspacesandbox.yaml"
 EXAMPLES = sorted(p.parent for p in (ROOT / "examples").glob("*/xr.yaml"))
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 NAMESPACE = "tenant-acme"

@@ -43,7 +43,9 @@ XRD = yaml.safe_load((ROOT / "apis" / "workspacesandbox" / "definition.yaml").re
 INPUT_CRD = yaml.safe_load(
     (ROOT / "package" / "input" / "sandbox.fn.cozystack.io_sandboxplatforms.yaml").read_text()
 )
-COMPOSITION = yaml.safe_load((ROOT / "compositions" / "workspacesandbox.yaml").read_text())
+COMPOSITION = yaml.safe_load(
+    (ROOT / "function" / "compositions" / "workspacesandbox.yaml").read_text()
+)
 PACKAGE = yaml.safe_load((ROOT / "package" / "crossplane.yaml").read_text())
 EXAMPLES = sorted((ROOT / "examples").glob("*/xr.yaml"))
 

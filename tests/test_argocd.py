@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
+from click.testing import CliRunner
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from hypothesis import given, settings
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 
 from function import offline
 from function.fn import FunctionRunner
+from function.main import cli
 from tests.schemas import validate
 from tests.support import (
     EXAMPLES,
@@ -556,23 +558,17 @@ def goldens() -> Iterator[Any]:
         yield pytest.param(path, id=path.stem)
 
 
-# A golden file is the function's render: its status has no Crossplane conditions yet.
+# A golden file is `render`'s output: the XR's status as the function set it, with the Ready
+# condition Crossplane derives from the function's readiness, as crossplane render prints it.
 AS_RENDERED = {
     "full": "Progressing",
-    "kata": "Progressing",
+    "kata": "Healthy",
     "minimal": "Progressing",
     "provisioning": "Progressing",
-    "running": "Progressing",
-    "suspended": "Suspended",
-    "dedicated-plane": "Progressing",
-    "shared-plane": "Progressing",
-}
-# On a cluster, Crossplane adds Synced, and Ready as the function marked the composite.
-ON_A_CLUSTER = {
-    **AS_RENDERED,
-    "kata": "Healthy",
     "running": "Healthy",
+    "suspended": "Suspended",
     "dedicated-plane": "Healthy",
+    "shared-plane": "Progressing",
 }
 
 
@@ -587,27 +583,7 @@ def golden_xr(path: Path) -> dict[str, Any]:
     return composite
 
 
-@pytest.mark.parametrize("path", list(goldens()))
-def test_golden_as_rendered(path: Path) -> None:
-    composite = golden_xr(path)
-    status, message = health(composite)
-    assert status == AS_RENDERED[path.stem]
-    assert message.startswith(composite["status"]["phase"]) or status == "Suspended"
-
-
-@pytest.mark.parametrize("path", list(goldens()))
-async def test_golden_on_a_cluster(path: Path) -> None:
-    case = ROOT / "examples" / path.stem
-    rsp = await run_answered(request(load_stream(case / "xr.yaml")[0], observed_of(case)), case)
-    ready = rsp.desired.composite.ready == fnv1.READY_TRUE
-    composite = golden_xr(path)
-    composite["status"]["conditions"] = [
-        SYNCED,
-        READY if ready else UNREADY,
-        *composite["status"]["conditions"],
-    ]
-    status, message = health(composite)
-    assert status == ON_A_CLUSTER[path.stem]
+def assert_explained(composite: dict[str, Any], status: str, message: str) -> None:
     if status == "Healthy":
         assert message == f"Running: {composite['status']['endpoint']}"
     if status == "Progressing":
@@ -615,6 +591,67 @@ async def test_golden_on_a_cluster(path: Path) -> None:
             c for c in composite["status"]["conditions"] if c["type"] == "Provisioned"
         )
         assert message == f"{composite['status']['phase']}: {provisioned['message']}"
+
+
+@pytest.mark.parametrize("path", list(goldens()))
+def test_golden_as_rendered(path: Path) -> None:
+    composite = golden_xr(path)
+    status, message = health(composite)
+    assert status == AS_RENDERED[path.stem]
+    assert_explained(composite, status, message)
+
+
+@pytest.mark.parametrize("path", list(goldens()))
+async def test_golden_on_a_cluster(path: Path) -> None:
+    """Crossplane writes the Ready that render shows, as the function marked the composite,
+    and adds Synced; the health is the same."""
+    case = ROOT / "examples" / path.stem
+    rsp = await run_answered(request(load_stream(case / "xr.yaml")[0], observed_of(case)), case)
+    composite = golden_xr(path)
+    ready = next(c for c in composite["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"] == "True") == (rsp.desired.composite.ready == fnv1.READY_TRUE)
+    composite["status"]["conditions"] = [SYNCED, *composite["status"]["conditions"]]
+    status, message = health(composite)
+    assert status == AS_RENDERED[path.stem]
+    assert_explained(composite, status, message)
+
+
+@pytest.mark.parametrize(
+    ("case", "flags", "want"),
+    [
+        pytest.param(
+            "running",
+            ["-o", "observed.yaml"],
+            ("Healthy", "Running: alice-api.tenant-acme.svc"),
+            id="running",
+        ),
+        pytest.param(
+            "provisioning",
+            ["-o", "observed.yaml"],
+            (
+                "Progressing",
+                "Provisioning: waiting for the workspace disk: DataVolume phase CSICloneInProgress",
+            ),
+            id="provisioning",
+        ),
+        pytest.param(
+            "dedicated-plane",
+            ["-o", "observed.yaml", "-e", "required.yaml"],
+            ("Healthy", "Running: dana-ml.sandbox-dana-ml.svc"),
+            id="dedicated-plane",
+        ),
+    ],
+)
+def test_render_output_gets_the_health_argo_cd_would_show(
+    case: str, flags: list[str], want: tuple[str, str]
+) -> None:
+    folder = ROOT / "examples" / case
+    paths = [str(folder / f) if f.endswith(".yaml") else f for f in flags]
+    args = ["render", str(folder / "xr.yaml"), *paths, "--now", "2026-11-29T12:00:00Z"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    composite = next(yaml.safe_load_all(result.stdout))
+    assert health(composite) == want
 
 
 # --------------------------------------------------------------------------- the manifests

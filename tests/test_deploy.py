@@ -133,16 +133,19 @@ def test_kustomization_builds_to_the_manifests() -> None:
     assert built == sorted(documents(), key=identity)
 
 
+# The Composition's source is package data, so that the CLI finds its default when installed;
+# kustomize needs a copy inside deploy/, and crossplane render users expect one in compositions/.
 @pytest.mark.parametrize(
-    ("copy_name", "source"),
+    ("copy_path", "source"),
     [
-        ("xrd.yaml", "apis/workspacesandbox/definition.yaml"),
-        ("composition.yaml", "compositions/workspacesandbox.yaml"),
+        ("deploy/xrd.yaml", "apis/workspacesandbox/definition.yaml"),
+        ("deploy/composition.yaml", "function/compositions/workspacesandbox.yaml"),
+        ("compositions/workspacesandbox.yaml", "function/compositions/workspacesandbox.yaml"),
     ],
 )
-def test_deploy_copies_match_their_sources(copy_name: str, source: str) -> None:
-    assert (DEPLOY / copy_name).read_bytes() == (ROOT / source).read_bytes(), (
-        f"deploy/{copy_name} differs from {source}; copy {source} to deploy/{copy_name}"
+def test_copies_match_their_sources(copy_path: str, source: str) -> None:
+    assert (ROOT / copy_path).read_bytes() == (ROOT / source).read_bytes(), (
+        f"{copy_path} differs from {source}; copy {source} to {copy_path}"
     )
 
 

@@ -1,7 +1,11 @@
 """`workspace-sandbox policy explain`: verdicts for a rendered sandbox, from the command line."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from function.main import cli
@@ -127,6 +131,25 @@ def test_a_sandbox_in_a_plane_is_judged_inside_it() -> None:
     assert len(lines) == 22
 
 
+@pytest.mark.parametrize(
+    ("observed", "required"),
+    [
+        pytest.param("--observed-resources", "--required-resources", id="crossplane-names"),
+        pytest.param("-o", "-e", id="crossplane-short-forms"),
+        pytest.param("--observed", "--extra-resources", id="extra-resources"),
+    ],
+)
+def test_explain_takes_crossplane_render_option_names(observed: str, required: str) -> None:
+    def explain_plane(observed: str, required: str) -> str:
+        args = ["policy", "explain", str(PLANE / "xr.yaml")]
+        args += [observed, str(PLANE / "observed.yaml"), required, str(PLANE / "required.yaml")]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    assert explain_plane(observed, required) == explain_plane("--observed", "--required")
+
+
 def test_a_sandbox_not_yet_placed_in_its_plane_has_nothing_to_judge() -> None:
     shared = ROOT / "examples" / "shared-plane"
     result = CliRunner().invoke(
@@ -138,3 +161,25 @@ def test_a_sandbox_not_yet_placed_in_its_plane_has_nothing_to_judge() -> None:
         "error: nothing is placed in ComputePlane 'computeplane' yet; give --observed and "
         "--required\n"
     )
+
+
+def test_every_process_names_the_same_rule() -> None:
+    # A protobuf map's order follows the process's hash seed (these three seeds give three
+    # orders of the same five resources); the rule named when two policies allow must not.
+    def run(seed: int) -> str:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from function.main import cli; cli()",
+                "policy",
+                "explain",
+                FULL,
+            ],
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+
+    assert run(0) == run(1) == run(2) == explain()[1]

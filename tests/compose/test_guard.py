@@ -9,7 +9,7 @@ from function.main import cli
 from function.model import parse
 from function.model.platform import Preset
 from tests.schemas import validate
-from tests.support import PLATFORM, ROOT, platform, platform_input
+from tests.support import COMPOSITION, PLATFORM, ROOT, platform, platform_input
 
 DEPLOYED = ROOT / "deploy" / "cilium-guard.yaml"
 
@@ -48,7 +48,7 @@ def test_a_cluster_dns_preset_keeps_kube_dns_port_53_open_in_the_guard(tmp_path:
     parse(Preset, presets["internal"], "input.presets.internal")
     p = platform(presets=presets)
     assert guard_policy(p)["spec"]["egressDeny"] == egress_denies((), cluster_dns=True)
-    composition = yaml.safe_load((ROOT / "compositions" / "workspacesandbox.yaml").read_text())
+    composition = yaml.safe_load(COMPOSITION.read_text())
     composition["spec"]["pipeline"][0]["input"]["presets"] = presets
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(composition))
