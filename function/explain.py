@@ -79,7 +79,10 @@ def audit(
 ) -> Audit:
     meta = xr.get("metadata") or {}
     name, namespace = str(meta.get("name")), str(meta.get("namespace"))
-    desired = {k: plain(to_dict(r.resource)) for k, r in rsp.desired.resources.items()}
+    # Sorted: a protobuf map's order changes from one process to the next, and a verdict names
+    # the first policy that allows the flow.
+    resources = sorted(rsp.desired.resources.items())
+    desired = {k: plain(to_dict(r.resource)) for k, r in resources}
     plane = dig(plain(to_dict(rsp.desired.composite.resource)), "status", "computePlane")
     notes = []
     if plane is not None:

@@ -138,9 +138,13 @@ async def run(runner: FunctionRunner, offline: Offline) -> fnv1.RunFunctionRespo
 
 
 def plain(value: Any) -> Any:
-    """JSON as the API server reads it: a Struct's 3.0 is the integer 3 again."""
+    """JSON as the API server reads it: a Struct's 3.0 is the integer 3 again.
+
+    Keys come sorted, as the API server writes them: a Struct's fields come in an order that
+    changes from one process to the next, and `policy explain` prints selectors in key order.
+    """
     if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
+        return {k: plain(value[k]) for k in sorted(value)}
     if isinstance(value, list):
         return [plain(v) for v in value]
     if isinstance(value, float) and value.is_integer():
