@@ -5,6 +5,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from function.model.address import ip_text
 from function.model.blocklist import DENY_V4, DENY_V6, blocked, embedding
 
 KEYS = [
@@ -96,7 +97,7 @@ def public_cidrs(draw: st.DrawFn) -> str:
     network = ip_network(f"{address}/{prefix}", strict=False)
     if blocked(network) is not None or embedding(network) is not None:
         network = ip_network(address)
-    return str(network)
+    return ip_text(network)
 
 
 @st.composite

@@ -288,6 +288,11 @@ SPEC_CASES = [
                 "::ffff:a00:0/104 is refused: IPv4-mapped addresses (::ffff:0:0/96) embed IPv4 addresses",
             ),
             (
+                "ipv4-compatible",
+                "::a00:0/104",
+                "::a00:0/104 is refused: IPv4-compatible addresses (::/96) embed IPv4 addresses",
+            ),
+            (
                 "nat64",
                 "64:ff9b::/96",
                 "64:ff9b::/96 is refused: NAT64 addresses (64:ff9b::/96) embed IPv4 addresses",
@@ -323,6 +328,18 @@ SPEC_CASES = [
         {"network": {"egress": "Allowlist", "allow": [{"cidr": "2001:DB8::/32"}]}},
         "spec.network.allow[0].cidr: '2001:DB8::/32' is not canonical; write it as 2001:db8::/32",
         id="cidr-not-canonical",
+    ),
+    # IPv4-mapped networks are spelled in hexadecimal on every Python (3.13's str() writes
+    # ::ffff:10.0.0.0/104), in the canonical-text check and in ipaddress's own complaints.
+    pytest.param(
+        {"network": {"egress": "Allowlist", "allow": [{"cidr": "::ffff:10.0.0.0/104"}]}},
+        "spec.network.allow[0].cidr: '::ffff:10.0.0.0/104' is not canonical; write it as ::ffff:a00:0/104",
+        id="cidr-ipv4-mapped-dotted",
+    ),
+    pytest.param(
+        {"network": {"egress": "Allowlist", "allow": [{"cidr": "::ffff:1.2.3.4/96"}]}},
+        "spec.network.allow[0].cidr: '::ffff:1.2.3.4/96' is not a network in CIDR notation: ::ffff:102:304/96 has host bits set",
+        id="cidr-ipv4-mapped-host-bits",
     ),
     pytest.param(
         {"network": {"egress": "Allowlist", "allow": [{"cidr": "10.0.0.1"}, {"cidr": 7}]}},
@@ -582,6 +599,16 @@ def _standard(**changes: Any) -> dict[str, Any]:
             _input(network={"siteDenyCidrs": ["9.9.9.0/24"]}),
             "input.network.resolvers[0]: 9.9.9.9 is in the blocked range 9.9.9.0/24 (the platform's site deny list), so sandboxes could not reach it; use public resolvers, or a preset with clusterDns",
             id="resolver-in-site-deny-list",
+        ),
+        pytest.param(
+            _input(network={"resolvers": ["::ffff:9.9.9.9"]}),
+            "input.network.resolvers[0]: ::ffff:909:909 is in the blocked range ::ffff:0:0/96 (IPv4-mapped), so sandboxes could not reach it; use public resolvers, or a preset with clusterDns",
+            id="ipv4-mapped-resolver",
+        ),
+        pytest.param(
+            _input(network={"siteDenyCidrs": ["::ffff:0:0/95"]}),
+            "input.network.siteDenyCidrs[0]: '::ffff:0:0/95' is not a network in CIDR notation: ::ffff:0:0/95 has host bits set",
+            id="site-cidr-ipv4-mapped-host-bits",
         ),
         pytest.param(
             _input(network={"siteDenyCidrs": ["185.12.64.1/24"]}),

@@ -13,6 +13,7 @@ up a changed key list. Keys reach the script as positional arguments, never as s
 import json
 
 from function.errors import FieldError
+from function.model.address import ip_text
 from function.model.platform import Preset, SandboxPlatform
 from function.model.spec import WorkspaceSandbox
 
@@ -37,7 +38,7 @@ _SETUP = (
 
 def user_data(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform) -> str:
     # With cluster DNS the guest keeps what DHCP hands it: the pod's cluster resolver.
-    resolvers = "" if preset.cluster_dns else " ".join(map(str, platform.network.resolvers))
+    resolvers = "" if preset.cluster_dns else " ".join(map(ip_text, platform.network.resolvers))
     script = f"DNS='{resolvers}';{_SETUP}"
     config = {
         # No distro default user: the only account is ours, with no password and no sudo.

@@ -18,7 +18,8 @@ from function.compose.names import identity_labels, labels, sandbox_name
 from function.compose.service import reserved_ports
 from function.errors import FieldError
 from function.model import Manifest
-from function.model.blocklist import DENY_V4, DENY_V6, Network, blocked, embedding, span
+from function.model.address import Network, ip_text
+from function.model.blocklist import DENY_V4, DENY_V6, blocked, embedding, span
 from function.model.platform import Preset, SandboxPlatform
 from function.model.spec import AllowRule, WorkspaceSandbox
 
@@ -51,12 +52,12 @@ MAX_PORT = 65535
 DNS_PORTS = [{"port": "53", "protocol": "UDP"}, {"port": "53", "protocol": "TCP"}]
 
 
-_PINNED_V4 = [str(n) for n, _ in DENY_V4]
-_PINNED_V6 = [str(n) for n, _ in DENY_V6]
+_PINNED_V4 = [ip_text(n) for n, _ in DENY_V4]
+_PINNED_V6 = [ip_text(n) for n, _ in DENY_V6]
 
 
 def _deny_cidrs(site: tuple[Network, ...]) -> list[str]:
-    return [*_PINNED_V4, *_PINNED_V6, *(str(n) for n in site)]
+    return [*_PINNED_V4, *_PINNED_V6, *(ip_text(n) for n in site)]
 
 
 def _in_cluster_endpoints(cluster_dns: bool) -> list[dict[str, Any]]:  # noqa: FBT001  # a preset flag
@@ -137,7 +138,7 @@ def _fqdn_selector(fqdn: str) -> dict[str, str]:
 
 
 def _resolvers(platform: SandboxPlatform) -> list[dict[str, str]]:
-    return [{"cidr": f"{r}/{r.max_prefixlen}"} for r in platform.network.resolvers]
+    return [{"cidr": f"{ip_text(r)}/{r.max_prefixlen}"} for r in platform.network.resolvers]
 
 
 def _allowlist(
@@ -156,18 +157,25 @@ def _allowlist(
         )
         rules.append({**to_dns, "toPorts": [{"ports": DNS_PORTS, "rules": dns}]})
     for rule in _sorted_allow(ws):
-        peer: dict[str, Any] = (
-            {"toFQDNs": [_fqdn_selector(rule.fqdn)]}
-            if rule.fqdn
-            else {"toCIDRSet": [{"cidr": str(rule.cidr)}]}
-        )
-        rules.append({**peer, **({"toPorts": p} if (p := _rule_ports(rule)) else {})})
+        rules.append({**_peer(rule), **({"toPorts": p} if (p := _rule_ports(rule)) else {})})
     return rules
+
+
+def _peer(rule: AllowRule) -> dict[str, Any]:
+    if rule.fqdn is not None:
+        return {"toFQDNs": [_fqdn_selector(rule.fqdn)]}
+    if rule.cidr is not None:
+        return {"toCIDRSet": [{"cidr": ip_text(rule.cidr)}]}
+    raise ValueError("an allow rule without fqdn or cidr")  # AllowRule refuses these
 
 
 def _sorted_allow(ws: WorkspaceSandbox) -> list[AllowRule]:
     # Sorted so that reordering spec.network.allow doesn't rewrite the live policy.
-    return sorted(ws.spec.network.allow, key=lambda a: (a.fqdn or "", str(a.cidr or ""), a.ports))
+    return sorted(ws.spec.network.allow, key=_allow_order)
+
+
+def _allow_order(rule: AllowRule) -> tuple[str, str, tuple[int, ...]]:
+    return rule.fqdn or "", ip_text(rule.cidr) if rule.cidr is not None else "", rule.ports
 
 
 def _egress(
@@ -190,6 +198,7 @@ def check_allow(ws: WorkspaceSandbox, platform: SandboxPlatform) -> None:
     """Refuse what the allow-list can't enforce, and CIDRs that touch a blocked range."""
     site = platform.network.site_deny_cidrs
     cidrs: list[tuple[tuple[int, int, int], int]] = []
+    networks: dict[int, Network] = {}
     for i, rule in enumerate(ws.spec.network.allow):
         if rule.fqdn is not None and platform.network.namespaces_allow_internet:
             raise FieldError(
@@ -201,12 +210,14 @@ def check_allow(ws: WorkspaceSandbox, platform: SandboxPlatform) -> None:
         if rule.cidr is None:
             continue
         path = f"spec.network.allow[{i}].cidr"
+        networks[i] = rule.cidr
         why = embedding(rule.cidr)
         if why is not None:
-            raise FieldError(path, f"{rule.cidr} is refused: {why}")
+            raise FieldError(path, f"{ip_text(rule.cidr)} is refused: {why}")
         hit = blocked(rule.cidr, site)
         if hit is not None:
-            raise FieldError(path, f"{rule.cidr} overlaps the blocked range {hit[0]} ({hit[1]})")
+            found = f"{ip_text(hit[0])} ({hit[1]})"
+            raise FieldError(path, f"{ip_text(rule.cidr)} overlaps the blocked range {found}")
         cidrs.append((span(rule.cidr), i))
     # Overlapping entries would make one entry's port denies close the other's ports. Sorted
     # by start, any overlap shows between neighbours.
@@ -214,9 +225,9 @@ def check_allow(ws: WorkspaceSandbox, platform: SandboxPlatform) -> None:
     for ((v1, _, last), i), ((v2, first, _), j) in pairwise(cidrs):
         if v1 == v2 and first <= last:
             later, earlier = max(i, j), min(i, j)
-            allow = ws.spec.network.allow
-            overlap = f"overlaps allow[{earlier}] ({allow[earlier].cidr}); merge them"
-            raise FieldError(f"spec.network.allow[{later}].cidr", f"{allow[later].cidr} {overlap}")
+            overlap = f"overlaps allow[{earlier}] ({ip_text(networks[earlier])}); merge them"
+            later_cidr = ip_text(networks[later])
+            raise FieldError(f"spec.network.allow[{later}].cidr", f"{later_cidr} {overlap}")
 
 
 def _other_ports(ports: tuple[int, ...]) -> list[dict[str, Any]]:
@@ -233,17 +244,17 @@ def _other_ports(ports: tuple[int, ...]) -> list[dict[str, Any]]:
 
 def _allowlist_denies(ws: WorkspaceSandbox) -> list[dict[str, Any]]:
     """The allow-list written as denies, for namespaces that already allow the internet."""
-    cidrs = [r for r in _sorted_allow(ws) if r.cidr is not None]
+    cidrs = [(r, r.cidr) for r in _sorted_allow(ws) if r.cidr is not None]
     rest = []
     for everything, version in (("0.0.0.0/0", 4), ("::/0", 6)):
-        listed = [str(r.cidr) for r in cidrs if r.cidr and r.cidr.version == version]
+        listed = [ip_text(cidr) for _, cidr in cidrs if cidr.version == version]
         rest.append({"cidr": everything, **({"except": listed} if listed else {})})
     denies: list[dict[str, Any]] = [{"toCIDRSet": rest}]
-    for rule in cidrs:
+    for rule, cidr in cidrs:
         if rule.ports:
             denies.append(
                 {
-                    "toCIDRSet": [{"cidr": str(rule.cidr)}],
+                    "toCIDRSet": [{"cidr": ip_text(cidr)}],
                     "toPorts": [{"ports": _other_ports(rule.ports)}],
                 }
             )
@@ -289,8 +300,8 @@ def _kubernetes_egress(
     ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform
 ) -> list[dict[str, Any]]:
     site = platform.network.site_deny_cidrs
-    v4 = [*_PINNED_V4, *(str(n) for n in site if n.version == 4)]  # noqa: PLR2004
-    v6 = [*_PINNED_V6, *(str(n) for n in site if n.version == 6)]  # noqa: PLR2004
+    v4 = [*_PINNED_V4, *(ip_text(n) for n in site if n.version == 4)]  # noqa: PLR2004
+    v6 = [*_PINNED_V6, *(ip_text(n) for n in site if n.version == 6)]  # noqa: PLR2004
     mode = ws.spec.network.egress
     dns = [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
     kube_dns = {
@@ -312,7 +323,7 @@ def _kubernetes_egress(
             ]
             rules.append(
                 {
-                    "to": [{"ipBlock": {"cidr": str(rule.cidr)}}],
+                    "to": [{"ipBlock": {"cidr": ip_text(rule.cidr)}}],
                     **({"ports": ports} if ports else {}),
                 }
             )

@@ -24,6 +24,7 @@ from function.compose.sizing import Size
 from function.compose.virtual_machine import scheduling
 from function.errors import FieldError
 from function.model import Manifest, Observed
+from function.model.address import ip_text
 from function.model.platform import Image, Preset, SandboxPlatform
 from function.model.quantity import format_bytes, format_cpu
 from function.model.spec import WorkspaceSandbox
@@ -52,7 +53,7 @@ def _dns(preset: Preset, platform: SandboxPlatform) -> dict[str, Any]:
     return {
         "dnsPolicy": "None",
         "dnsConfig": {
-            "nameservers": [str(r) for r in platform.network.resolvers],
+            "nameservers": [ip_text(r) for r in platform.network.resolvers],
             # Public resolvers know no search domains; a single-label name is never local.
             "options": [{"name": "ndots", "value": "1"}],
         },

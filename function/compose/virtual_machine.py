@@ -12,6 +12,7 @@ from function.compose.cloud_init import user_data
 from function.compose.names import identity_labels, labels, sandbox_name, workspace_volume_name
 from function.compose.sizing import Size
 from function.model import Manifest
+from function.model.address import ip_text
 from function.model.platform import Preset, SandboxPlatform
 from function.model.quantity import format_bytes, format_cpu
 from function.model.spec import WorkspaceSandbox
@@ -58,7 +59,7 @@ def _dns(preset: Preset, platform: SandboxPlatform) -> dict[str, Any]:
     # The guest learns its resolvers over DHCP from the pod's DNS settings.
     return {
         "dnsPolicy": "None",
-        "dnsConfig": {"nameservers": [str(r) for r in platform.network.resolvers]},
+        "dnsConfig": {"nameservers": [ip_text(r) for r in platform.network.resolvers]},
     }
 
 

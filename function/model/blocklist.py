@@ -5,9 +5,9 @@ private nor global, miss the IPv4-embedding IPv6 prefixes, and move between Pyth
 Each range carries the reason a tenant reads when an allow-list entry overlaps it.
 """
 
-from ipaddress import IPv4Network, IPv6Network, ip_network
+from ipaddress import IPv4Network, IPv6Network
 
-Network = IPv4Network | IPv6Network
+from function.model.address import Network, ip_text
 
 DENY_V4: tuple[tuple[IPv4Network, str], ...] = tuple(
     (IPv4Network(cidr), reason)
@@ -96,13 +96,5 @@ def embedding(network: Network) -> str | None:
     if isinstance(network, IPv6Network):
         for prefix, reason in IPV4_EMBEDDING:
             if network.overlaps(prefix):
-                return f"{reason} addresses ({prefix}) embed IPv4 addresses"
+                return f"{reason} addresses ({ip_text(prefix)}) embed IPv4 addresses"
     return None
-
-
-def canonical(text: str) -> Network:
-    """Parse a CIDR strictly and insist it's written the one way Python prints it."""
-    network = ip_network(text, strict=True)
-    if str(network) != text:
-        raise ValueError(f"write it as {network}")
-    return network

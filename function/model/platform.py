@@ -14,6 +14,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from function.errors import FieldError
 from function.model import Model
+from function.model.address import ip_text
 from function.model.blocklist import blocked
 from function.model.names import DnsLabel, DnsSubdomain, LabelKey, LabelValue
 from function.model.types import Bool, Bytes, Cidr, Cpu, Duration, Int, IpAddress, Port
@@ -271,8 +272,9 @@ class PlatformNetwork(Model):
             if hit is not None:
                 raise FieldError(
                     f"input.network.resolvers[{i}]",
-                    f"{resolver} is in the blocked range {hit[0]} ({hit[1]}), so sandboxes "
-                    "could not reach it; use public resolvers, or a preset with clusterDns",
+                    f"{ip_text(resolver)} is in the blocked range {ip_text(hit[0])} "
+                    f"({hit[1]}), so sandboxes could not reach it; use public resolvers, "
+                    "or a preset with clusterDns",
                 )
         return self
 

@@ -8,11 +8,12 @@ do we, so that the function never accepts what the schema refuses.
 import re
 from datetime import datetime, timedelta
 from decimal import Decimal
-from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address, ip_network
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address
 from typing import Annotated
 
 from pydantic import BeforeValidator, Field, StrictBool
 
+from function.model.address import ip_text, parse_network
 from function.model.quantity import parse_bytes, parse_cpu
 
 
@@ -35,12 +36,12 @@ def _network(value: object) -> IPv4Network | IPv6Network:
     if not isinstance(value, str):
         raise ValueError("must be a CIDR string such as 203.0.113.0/24")
     try:
-        network = ip_network(value, strict=True)
+        network = parse_network(value)
     except ValueError as err:
         raise ValueError(f"{value!r} is not a network in CIDR notation: {err}") from None
     # One spelling per network, so that the rendered policy is the text the user wrote.
-    if str(network) != value:
-        raise ValueError(f"{value!r} is not canonical; write it as {network}")
+    if (text := ip_text(network)) != value:
+        raise ValueError(f"{value!r} is not canonical; write it as {text}")
     return network
 
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from ipaddress import IPv4Address, IPv6Address, ip_address
 
+from function.model.address import ip_text
+
 Address = IPv4Address | IPv6Address
 
 NAMESPACE_NAME = "kubernetes.io/metadata.name"
@@ -21,7 +23,7 @@ _NAMESPACE_LABELS = "io.cilium.k8s.namespace.labels."
 
 def _canonical(ips: tuple[str, ...]) -> tuple[str, ...]:
     # Canonical text, so "fd00:10:244::0a" and "fd00:10:244::a" are the same address.
-    return tuple(str(ip_address(ip)) for ip in ips)
+    return tuple(ip_text(ip_address(ip)) for ip in ips)
 
 
 @dataclass(frozen=True)
@@ -101,11 +103,12 @@ class Identity:
         return frozenset(found)
 
     def __str__(self) -> str:
+        ip = ip_text(self.ip)
         if self.pod is not None:
-            return f"{self.pod.ref} ({self.ip})"
+            return f"{self.pod.ref} ({ip})"
         if self.node is not None:
-            return f"{self.ip} (node {self.node.name})"
-        return f"{self.ip} (kube-apiserver)" if self.apiserver else str(self.ip)
+            return f"{ip} (node {self.node.name})"
+        return f"{ip} (kube-apiserver)" if self.apiserver else ip
 
 
 @dataclass(frozen=True)
@@ -174,7 +177,7 @@ class Environment:
         return self._services_by_ip.get(ip)
 
     def is_apiserver(self, ip: Address) -> bool:
-        return str(ip) in self.apiserver_ips
+        return ip_text(ip) in self.apiserver_ips
 
     def identity(self, ip: Address) -> Identity:
         """What Cilium's ipcache says `ip` is; an address it has no entry for is `world`."""
@@ -207,7 +210,7 @@ class Environment:
 
     def names_for(self, ip: Address) -> tuple[str, ...]:
         """Every name that resolves to `ip`, sorted: the names a DNS proxy can learn for it."""
-        return tuple(sorted(n for n, ips in self.dns.items() if str(ip) in ips))
+        return tuple(sorted(n for n, ips in self.dns.items() if ip_text(ip) in ips))
 
 
 # ---------------------------------------------------------------------------------------------

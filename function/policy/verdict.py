@@ -50,6 +50,7 @@ from dataclasses import dataclass, replace
 from ipaddress import ip_address, ip_network
 from typing import Any, Final, Literal
 
+from function.model.address import ip_text
 from function.policy.environment import (
     NAMESPACE_LABEL,
     Address,
@@ -653,7 +654,7 @@ def _targets(
     targets: list[_Target] = []
     dropped: Verdict | None = None
     for address in addresses:
-        note = f"{resolved}{address}" if resolved else ""
+        note = f"{resolved}{ip_text(address)}" if resolved else ""
         service = env.service_at(address)
         if service is None:
             targets.append(_Target(env.identity(address), port, note))
@@ -661,12 +662,13 @@ def _targets(
         backends = env.backends(service, address.version)
         if not backends and dropped is None:
             name = f"{service.namespace}/{service.name}"
-            why = f"Service {name} ({address}) has no backends; it is dropped before any policy"
+            vip = ip_text(address)
+            why = f"Service {name} ({vip}) has no backends; it is dropped before any policy"
             dropped = Verdict(allowed=False, reason=f"denied: {why}", side="service")
         target = service.ports.get(port, port) if port is not None else None
         for backend in backends:
             shown = f"{backend}:{target}" if target is not None else backend
-            via = f"{note or address} -> {shown}"
+            via = f"{note or ip_text(address)} -> {shown}"
             targets.append(_Target(env.identity(ip_address(backend)), target, via))
     return targets, dropped
 

@@ -5,6 +5,7 @@ from hypothesis import given
 
 from function.compose.network_policy import DENIED_ENTITIES, network_policies
 from function.model import parse
+from function.model.address import ip_text
 from function.model.blocklist import DENY_V4, DENY_V6
 from function.model.platform import Preset, SandboxPlatform
 from tests.strategies import specs
@@ -42,7 +43,9 @@ def test_every_sandbox_gets_entity_endpoint_and_address_denies() -> None:
             {"matchExpressions": [{"key": "io.kubernetes.pod.namespace", "operator": "Exists"}]}
         ]
     }
-    assert [c["cidr"] for c in deny[2]["toCIDRSet"]] == [str(n) for n, _ in (*DENY_V4, *DENY_V6)]
+    assert [c["cidr"] for c in deny[2]["toCIDRSet"]] == [
+        ip_text(n) for n, _ in (*DENY_V4, *DENY_V6)
+    ]
 
 
 def test_site_ranges_join_the_address_denies_in_both_policies() -> None:
