@@ -3,7 +3,7 @@
 The `render` command runs the same FunctionRunner in-process that `serve` puts behind gRPC, so
 what it prints is what Crossplane would apply. The output follows crossplane/crossplane v2.2's
 `cmd/crank/render` (render.go and cmd.go): the XR carries only what the pipeline set, its status,
-plus the Ready condition Crossplane derives; each composed resource gets the metadata
+plus the Ready and Synced conditions Crossplane sets; each composed resource gets the metadata
 Crossplane's composition controller adds.
 """
 
@@ -241,6 +241,8 @@ def _composite(
     status = out.setdefault("status", {})
     conditions = status.setdefault("conditions", [])
     _set_condition(conditions, ready_condition(rsp))
+    # A reconcile that ran the pipeline without a FATAL result; only such XRs are printed.
+    _set_condition(conditions, _condition("Synced", "True", "ReconcileSuccess"))
     for c in rsp.conditions:
         if c.type not in _SYSTEM_CONDITIONS:
             status_of = _CONDITION_STATUS.get(c.status, "Unknown")

@@ -334,6 +334,12 @@ def test_composed_resources_get_crossplane_metadata_and_the_xr_its_conditions() 
             "conditions": [
                 ready("False", "Creating"),
                 {
+                    "type": "Synced",
+                    "status": "True",
+                    "reason": "ReconcileSuccess",
+                    "lastTransitionTime": offline.CONDITION_TIME,
+                },
+                {
                     "type": "Custom",
                     "status": "Unknown",
                     "reason": "Why",
