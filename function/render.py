@@ -87,6 +87,22 @@ def _same_runtime(preset_name: str, preset: Preset, observed: Observed) -> None:
     )
 
 
+def _ssh_needs_a_vm(
+    ws: WorkspaceSandbox, preset_name: str, preset: Preset, platform: SandboxPlatform
+) -> None:
+    """SSH keys reach only a VM (cloud-init installs them); a pod would silently ignore them."""
+    if not ws.spec.ssh.authorized_keys or preset.runtime == "kubevirt":
+        return
+    vms = sorted(n for n, p in platform.presets.items() if p.runtime == "kubevirt")
+    instead = f", or create the sandbox with a preset that runs a VM: {', '.join(vms)}"
+    raise FieldError(
+        "spec.ssh.authorizedKeys",
+        f"preset {preset_name!r} runs the sandbox in a pod (runtime {preset.runtime}), which "
+        f"never receives SSH keys and serves no SSH; remove spec.ssh.authorizedKeys"
+        f"{instead if vms else ''}",
+    )
+
+
 def render(
     ws: WorkspaceSandbox,
     platform: SandboxPlatform,
@@ -97,6 +113,7 @@ def render(
     preset_name, preset = platform.preset(ws.spec.preset)
     image = platform.image(ws.spec.image)
     _same_runtime(preset_name, preset, observed)
+    _ssh_needs_a_vm(ws, preset_name, preset, platform)
     life = lifetime(ws, preset_name, preset, now)
     if life.expired:
         ws = ws.model_copy(update={"spec": ws.spec.model_copy(update={"power": "Suspended"})})
@@ -124,7 +141,7 @@ def render(
         resources |= service_account(ws)
         resources |= workspace_claim.workspace_claim(ws, preset, sized, observed)
         resources |= settle_claims(sandbox(ws, preset, platform, image, sized), observed)
-    resources |= service(ws, platform)
+    resources |= service(ws, preset, platform)
     resources |= network_policies(ws, preset, platform)
     resources |= volume_snapshots(ws, preset_name, preset, observed)
 

@@ -1195,7 +1195,7 @@ def _parse_quantity(text: str) -> _Quantity | None:
     if not match:
         return None
     suffix = match["suffix"] or ""
-    if suffix[:1] in {"e", "E"} and len(suffix) > 1:
+    if suffix not in _QUANTITY_SCALE and suffix:  # an exponent; "E" and "Ei" are suffixes
         scale = Decimal(10) ** int(suffix[1:])
     else:
         scale = _QUANTITY_SCALE.get(suffix, Decimal(1))
@@ -1277,7 +1277,10 @@ _K8S_FUNCTIONS: Final[dict[str, Callable[..., Any]]] = {
     "asInteger": _quantity_unary(_as_integer),
     "asApproximateFloat": _quantity_unary(lambda v: celtypes.DoubleType(float(v))),
     "sign": _quantity_unary(lambda v: celtypes.IntType((v > 0) - (v < 0))),
-    "isInteger": _quantity_unary(lambda v: celtypes.BoolType(v == v.to_integral_value())),
+    # Quantity.AsInt64: whole, and within int64.
+    "isInteger": _quantity_unary(
+        lambda v: celtypes.BoolType(v == v.to_integral_value() and -(2**63) <= v < 2**63)
+    ),
 }
 
 

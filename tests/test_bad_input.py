@@ -145,6 +145,19 @@ SPEC_CASES = [
         "spec.ports[0].name: String should have at most 15 characters",
         id="port-name-too-long",
     ),
+    *(
+        pytest.param(
+            {"preset": preset, "ssh": {"authorizedKeys": [KEY]}},
+            f"spec.ssh.authorizedKeys: preset '{preset}' runs the sandbox in a pod (runtime {runtime}), which never receives SSH keys and serves no SSH; remove spec.ssh.authorizedKeys, or create the sandbox with a preset that runs a VM: standard",
+            id=f"ssh-keys-on-{preset}",
+        )
+        for preset, runtime in [
+            ("kata", "kata"),
+            ("gvisor", "gvisor"),
+            ("shared-plane", "gvisor"),
+            ("dedicated-plane", "container"),
+        ]
+    ),
     pytest.param(
         {"ssh": {"authorizedKeys": ["hello"]}},
         "spec.ssh.authorizedKeys[0]: must be one OpenSSH public key line: '<type> <base64> [comment]', with type one of ssh-ed25519, ssh-rsa, ecdsa-sha2-nistp256, ecdsa-sha2-nistp384, ecdsa-sha2-nistp521, sk-ssh-ed25519@openssh.com, sk-ecdsa-sha2-nistp256@openssh.com",
@@ -472,6 +485,22 @@ async def test_bad_spec_is_one_fatal_result(spec: dict[str, Any], message: str) 
     assert [(r.severity, r.message, r.reason) for r in rsp.results] == [
         (fnv1.SEVERITY_FATAL, message, "InvalidSpec")
     ]
+    assert not rsp.desired.resources
+
+
+async def test_ssh_keys_on_a_platform_without_vms_are_refused_without_a_preset_to_try() -> None:
+    step_input = platform_input()
+    step_input = {
+        **step_input,
+        "defaultPreset": "kata",
+        "presets": {"kata": step_input["presets"]["kata"]},
+    }
+    rsp = await run(xr({"ssh": {"authorizedKeys": [KEY]}}), step_input)
+    message = (
+        "spec.ssh.authorizedKeys: preset 'kata' runs the sandbox in a pod (runtime kata), which "
+        "never receives SSH keys and serves no SSH; remove spec.ssh.authorizedKeys"
+    )
+    assert [r.message for r in rsp.results] == [message]
     assert not rsp.desired.resources
 
 

@@ -38,7 +38,7 @@ from function.model.platform import SandboxPlatform
 from function.policy import Environment, Flow, cozystack_environment, evaluate
 from function.render import Rendered, render
 from tests.pod_security import all_violations
-from tests.policy.test_isolation import ALICE, TABLE
+from tests.policy.test_isolation import ALICE_POD, POD_TABLE
 from tests.schemas import _compile_rule, crds_root, validate
 from tests.strategies import allowlists, specs, xr_names
 from tests.support import NAMESPACE, NOW, PLATFORM, platform, platform_input, request, workspace
@@ -918,7 +918,6 @@ def test_a_plane_is_also_known_from_the_secret_of_an_unannotated_provider_config
 RICH = {
     "resources": {"cpu": "1500m", "memory": "4096Mi", "disk": "50Gi"},
     "ports": [{"name": "preview", "port": 3000}, {"name": "api", "port": 8080}],
-    "ssh": {"authorizedKeys": [ALICE["ssh"]["authorizedKeys"][0]]},
     "snapshots": [{"name": "nightly"}, {"name": "before-refactor"}],
     "network": {
         "egress": "Allowlist",
@@ -1348,7 +1347,7 @@ def plane_environment(p: Placement) -> Environment:
 
 
 def plane_world_policies(p: Placement, spec: Mapping[str, Any]) -> list[Manifest]:
-    return _plane_policies(p, {**ALICE, **spec}, "alice-api") + _plane_policies(
+    return _plane_policies(p, {**ALICE_POD, **spec}, "alice-api") + _plane_policies(
         p, {}, "bob-frontend"
     )
 
@@ -1377,7 +1376,7 @@ def test_the_plane_model_places_both_sandboxes_in_their_own_namespaces() -> None
 
 
 @pytest.mark.parametrize("p", BOTH)
-@pytest.mark.parametrize(("flow", "allowed"), TABLE)
+@pytest.mark.parametrize(("flow", "allowed"), POD_TABLE)
 def test_the_isolation_truth_table_holds_inside_a_plane(
     p: Placement, flow: Flow, allowed: bool
 ) -> None:
@@ -1519,7 +1518,10 @@ plane_specs = st.builds(
         **spec,
         **({"network": {"egress": "Allowlist", "allow": allow}} if allow is not None else {}),
     },
-    specs.filter(_fits).map(lambda spec: {k: v for k, v in spec.items() if k != "preset"}),
+    # Plane presets run pods, which take no SSH keys.
+    specs.filter(_fits).map(
+        lambda spec: {k: v for k, v in spec.items() if k not in {"preset", "ssh"}}
+    ),
     st.one_of(st.none(), allowlists()),
 )
 placements = st.sampled_from([p.values[0] for p in PLACEMENTS])

@@ -720,6 +720,8 @@ def test_crd_object_must_match_the_crd() -> None:
         "quantity('1G').isLessThan(quantity('1Gi')) && quantity('500m').compareTo(quantity('1')) < 0",
         "quantity('1k').add(24).asInteger() == 1024 && quantity('1').sub(quantity('2')).sign() == -1",
         "quantity('1e3').asInteger() == 1000 && !quantity('1.5').isInteger()",
+        "quantity('1Ei').asInteger() == 1152921504606846976 && quantity('1E3').asInteger() == 1000",
+        "quantity('2E').isGreaterThan(quantity('1Ei')) && !quantity('8Ei').isInteger()",
         "'a.b'.matches('^a\\\\.b$') && 'abc'.startsWith('a') && 'abc'.endsWith('c')",
         "'abc'.contains('b') && 'k' in {'k': 1} && 2 in [1, 2]",
         "[1, 2, 3].exists(x, x == 2) && [1, 2, 3].exists_one(x, x > 2)",

@@ -123,8 +123,9 @@ def ingress_denies(platform: SandboxPlatform) -> list[dict[str, Any]]:
     return [{"fromEntities": DENIED_SOURCE_ENTITIES}, {"fromEndpoints": not_gateway}]
 
 
-def _ports(ws: WorkspaceSandbox, platform: SandboxPlatform) -> list[int]:
-    return sorted({*reserved_ports(ws, platform).values(), *(p.port for p in ws.spec.ports)})
+def _ports(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform) -> list[int]:
+    reserved = reserved_ports(ws, preset, platform).values()
+    return sorted({*reserved, *(p.port for p in ws.spec.ports)})
 
 
 def _rule_ports(rule: AllowRule) -> list[dict[str, Any]]:
@@ -268,7 +269,7 @@ def _cilium_policy(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatfo
         deny_egress = [{"toEntities": ["all"]}]
     elif ws.spec.network.egress == "Allowlist" and platform.network.namespaces_allow_internet:
         deny_egress += _allowlist_denies(ws)
-    open_ports = _ports(ws, platform)
+    open_ports = _ports(ws, preset, platform)
     ports = [{"port": str(p), "protocol": "TCP"} for p in open_ports]
     # The baseline lets the whole cluster in on every port; the gateway gets only ours.
     gateway_elsewhere = {
@@ -340,7 +341,7 @@ def _kubernetes_policy(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPl
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": gateway.namespace}},
         "podSelector": {"matchLabels": dict(sorted(gateway.pod_labels.items()))},
     }
-    ports = [{"port": p, "protocol": "TCP"} for p in _ports(ws, platform)]
+    ports = [{"port": p, "protocol": "TCP"} for p in _ports(ws, preset, platform)]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

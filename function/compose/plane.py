@@ -301,7 +301,7 @@ def workload(
         LIMITS_KEY: _limits(ws, preset, size),
         **service_account(ws),
         **network_policies(ws, preset, _inside_platform(platform)),
-        **service(ws, platform),
+        **service(ws, preset, platform),
         workspace_claim.KEY: workspace_claim.claim(ws, preset, size, inside),
         **pod,
         **snapshots.volume_snapshots(ws, preset_name, preset, inside),

@@ -64,7 +64,7 @@ def _container(
     ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform, image: str, size: Size
 ) -> dict[str, Any]:
     pod = preset.pod
-    ports = {**reserved_ports(ws, platform), **{p.name: p.port for p in ws.spec.ports}}
+    ports = {**reserved_ports(ws, preset, platform), **{p.name: p.port for p in ws.spec.ports}}
     return {
         "name": "sandbox",
         "image": image,

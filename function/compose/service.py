@@ -5,17 +5,23 @@ from typing import Any
 from function.compose.names import identity_labels, labels, sandbox_name
 from function.errors import FieldError
 from function.model import Manifest
-from function.model.platform import SandboxPlatform
+from function.model.platform import Preset, SandboxPlatform
 from function.model.spec import WorkspaceSandbox
 
 KEY = "service"
 SSH_PORT = 22
 
 
-def reserved_ports(ws: WorkspaceSandbox, platform: SandboxPlatform) -> dict[str, int]:
-    """Ports the sandbox always exposes: the agent, and SSH when keys are given."""
+def reserved_ports(
+    ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform
+) -> dict[str, int]:
+    """Ports the sandbox always exposes: the agent, and SSH on a VM given keys.
+
+    Only a VM receives the keys (cloud-init installs them) and runs an SSH server; nothing
+    delivers them into a pod, so port 22 is never opened for one.
+    """
     reserved = {"agent": platform.gateway.agent_port}
-    if ws.spec.ssh.authorized_keys:
+    if ws.spec.ssh.authorized_keys and preset.runtime == "kubevirt":
         reserved["ssh"] = SSH_PORT
     return reserved
 
@@ -24,8 +30,8 @@ def _port(name: str, port: int) -> dict[str, Any]:
     return {"name": name, "port": port, "protocol": "TCP", "targetPort": port}
 
 
-def service(ws: WorkspaceSandbox, platform: SandboxPlatform) -> dict[str, Manifest]:
-    reserved = reserved_ports(ws, platform)
+def service(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform) -> dict[str, Manifest]:
+    reserved = reserved_ports(ws, preset, platform)
     for i, p in enumerate(ws.spec.ports):
         if p.name in reserved:
             raise FieldError(f"spec.ports[{i}].name", f"{p.name!r} is reserved by the platform")
