@@ -354,6 +354,12 @@ SPEC_CASES = [
         "spec.network.allow[0].cidr: '::ffff:1.2.3.4/96' is not a network in CIDR notation: ::ffff:102:304/96 has host bits set",
         id="cidr-ipv4-mapped-host-bits",
     ),
+    # A scope zone would otherwise pass the canonical check and be copied into the policy.
+    pytest.param(
+        {"network": {"egress": "Allowlist", "allow": [{"cidr": "2a01:4f8::%eth0/32"}]}},
+        "spec.network.allow[0].cidr: '2a01:4f8::%eth0/32' is not a network in CIDR notation: a scope zone (%...) names one host's interface; leave it out",
+        id="cidr-with-a-scope-zone",
+    ),
     pytest.param(
         {"network": {"egress": "Allowlist", "allow": [{"cidr": "10.0.0.1"}, {"cidr": 7}]}},
         "spec.network.allow[0].cidr: '10.0.0.1' is not canonical; write it as 10.0.0.1/32",
@@ -604,6 +610,16 @@ def _standard(**changes: Any) -> dict[str, Any]:
             _input(network={"resolvers": ["dns.google"]}),
             "input.network.resolvers[0]: 'dns.google' is not an IP address",
             id="resolver-not-an-ip",
+        ),
+        pytest.param(
+            _input(network={"resolvers": ["2001:4860:4860::8888%eth0"]}),
+            "input.network.resolvers[0]: '2001:4860:4860::8888%eth0' is not an IP address: a scope zone (%...) names one host's interface; leave it out",
+            id="resolver-with-a-scope-zone",
+        ),
+        pytest.param(
+            _input(network={"siteDenyCidrs": ["2a01:4f8::%eth0/32"]}),
+            "input.network.siteDenyCidrs[0]: '2a01:4f8::%eth0/32' is not a network in CIDR notation: a scope zone (%...) names one host's interface; leave it out",
+            id="site-cidr-with-a-scope-zone",
         ),
         pytest.param(
             _input(

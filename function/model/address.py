@@ -8,7 +8,15 @@ function prints is spelled here: RFC 5952's recommended form, all hexadecimal, a
 deny lists and Python 3.11 and 3.12 write it. IPv4's dotted quad has never changed.
 """
 
-from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_interface, ip_network
+from ipaddress import (
+    IPv4Address,
+    IPv4Network,
+    IPv6Address,
+    IPv6Network,
+    ip_address,
+    ip_interface,
+    ip_network,
+)
 from itertools import groupby
 
 Address = IPv4Address | IPv6Address
@@ -42,8 +50,22 @@ def ip_text(value: Address | Network) -> str:
     return str(value)
 
 
+def _no_zone(text: str) -> None:
+    # ipaddress keeps an IPv6 scope zone (`fe80::1%eth0`), and the zone would be copied into
+    # policies and resolver lists; it names an interface of one host and means nothing there.
+    if "%" in text:
+        raise ValueError("a scope zone (%...) names one host's interface; leave it out")
+
+
+def parse_address(text: str) -> Address:
+    """An IP address without a scope zone; ValueError if it isn't one."""
+    _no_zone(text)
+    return ip_address(text)
+
+
 def parse_network(text: str) -> Network:
     """A CIDR without host bits; ValueError, in this module's spelling, if it isn't one."""
+    _no_zone(text)
     try:
         return ip_network(text, strict=True)
     except ValueError as err:

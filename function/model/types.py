@@ -8,12 +8,12 @@ do we, so that the function never accepts what the schema refuses.
 import re
 from datetime import datetime, timedelta
 from decimal import Decimal
-from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from typing import Annotated
 
 from pydantic import BeforeValidator, Field, StrictBool
 
-from function.model.address import ip_text, parse_network
+from function.model.address import ip_text, parse_address, parse_network
 from function.model.quantity import parse_bytes, parse_cpu
 
 
@@ -49,9 +49,10 @@ def _address(value: object) -> IPv4Address | IPv6Address:
     if not isinstance(value, str):
         raise ValueError("must be an IP address string")
     try:
-        return ip_address(value)
-    except ValueError:
-        raise ValueError(f"{value!r} is not an IP address") from None
+        return parse_address(value)
+    except ValueError as err:
+        detail = f": {err}" if "%" in value else ""
+        raise ValueError(f"{value!r} is not an IP address{detail}") from None
 
 
 # RFC 3339 with a zone, as Kubernetes writes times; nothing looser.
