@@ -4,7 +4,7 @@ Pure and synchronous: no gRPC, no clock, no I/O. The same input gives the same o
 Crossplane assumes determinism and server-side apply churns otherwise.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -88,18 +88,30 @@ def _same_runtime(preset_name: str, preset: Preset, observed: Observed) -> None:
 
 
 def _ssh_needs_a_vm(
-    ws: WorkspaceSandbox, preset_name: str, preset: Preset, platform: SandboxPlatform
-) -> None:
-    """SSH keys reach only a VM (cloud-init installs them); a pod would silently ignore them."""
+    ws: WorkspaceSandbox,
+    preset_name: str,
+    preset: Preset,
+    platform: SandboxPlatform,
+    observed: Observed,
+) -> list[str]:
+    """SSH keys reach only a VM (cloud-init installs them); a pod would silently ignore them.
+
+    A new sandbox is refused. One that exists (made before keys were refused for pods) keeps
+    being reconciled, so that its power and deadline still apply, and is warned instead.
+    """
     if not ws.spec.ssh.authorized_keys or preset.runtime == "kubevirt":
-        return
+        return []
+    what = (
+        f"preset {preset_name!r} runs the sandbox in a pod (runtime {preset.runtime}), which "
+        "never receives SSH keys and serves no SSH"
+    )
+    if _lives_on(observed) is not None:
+        return [f"spec.ssh.authorizedKeys: {what}; the keys are ignored, remove them"]
     vms = sorted(n for n, p in platform.presets.items() if p.runtime == "kubevirt")
     instead = f", or create the sandbox with a preset that runs a VM: {', '.join(vms)}"
     raise FieldError(
         "spec.ssh.authorizedKeys",
-        f"preset {preset_name!r} runs the sandbox in a pod (runtime {preset.runtime}), which "
-        f"never receives SSH keys and serves no SSH; remove spec.ssh.authorizedKeys"
-        f"{instead if vms else ''}",
+        f"{what}; remove spec.ssh.authorizedKeys{instead if vms else ''}",
     )
 
 
@@ -113,12 +125,12 @@ def render(
     preset_name, preset = platform.preset(ws.spec.preset)
     image = platform.image(ws.spec.image)
     _same_runtime(preset_name, preset, observed)
-    _ssh_needs_a_vm(ws, preset_name, preset, platform)
+    ignored = _ssh_needs_a_vm(ws, preset_name, preset, platform, observed)
     life = lifetime(ws, preset_name, preset, now)
     if life.expired:
         ws = ws.model_copy(update={"spec": ws.spec.model_copy(update={"power": "Suspended"})})
     if preset.placement != "Namespace":
-        return _render_in_plane(
+        placed = _render_in_plane(
             ws,
             preset_name=preset_name,
             preset=preset,
@@ -128,9 +140,10 @@ def render(
             required=required,
             life=life,
         )
+        return replace(placed, warnings=[*ignored, *placed.warnings])
     source = restore(ws, observed, required or {})
     sized = size(ws, preset_name, preset, image, source.min_disk)
-    warnings = resize_warnings(ws, sized, observed, platform)
+    warnings = [*ignored, *resize_warnings(ws, sized, observed, platform)]
 
     resources: dict[str, Manifest] = {}
     if source.waiting is None and preset.runtime == "kubevirt":

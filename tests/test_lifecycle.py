@@ -11,6 +11,7 @@ from function.errors import FieldError
 from function.fn import FunctionRunner
 from function.render import Rendered, render
 from tests.schemas import validate
+from tests.strategies import KEYS
 from tests.support import NAMESPACE, NOW, PLATFORM, platform, platform_input, request, workspace, xr
 
 DISK_READY = {"status": {"phase": "Succeeded"}}
@@ -400,3 +401,20 @@ async def test_the_response_ttl_is_the_time_left() -> None:
         request(xr(at(timedelta(seconds=17)))), None
     )
     assert rsp.meta.ttl.seconds == 17
+
+
+# --- fields a runtime can't honour ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(("preset", "runtime"), [("kata", "kata"), ("gvisor", "gvisor")])
+def test_an_existing_pod_sandbox_with_ssh_keys_is_warned_and_still_reconciled(
+    preset: str, runtime: str
+) -> None:
+    # A new one is refused (test_bad_input); one made before that keeps its power and deadline.
+    existing = run({"preset": preset}).resources
+    suspended = {"preset": preset, "power": "Suspended"}
+    out = run({**suspended, "ssh": {"authorizedKeys": [KEYS[0]]}}, existing)
+    assert out.warnings == [
+        f"spec.ssh.authorizedKeys: preset '{preset}' runs the sandbox in a pod (runtime {runtime}), which never receives SSH keys and serves no SSH; the keys are ignored, remove them"
+    ]
+    assert out.resources == run(suspended, existing).resources
