@@ -8,6 +8,17 @@ quoted by a serializer and never by string formatting.
 Everything runs from `bootcmd`, which cloud-init repeats on every boot, not once per instance:
 KubeVirt keeps the instance id stable across restarts, so per-instance modules would never pick
 up a changed key list. Keys reach the script as positional arguments, never as shell text.
+
+The script runs as root, and hostile code may run as the user between two boots and replace
+anything in the user's home with a link to a file of root's. So root writes nothing there: every
+file it writes has only root-owned directories above it, and is renamed into place from a
+temporary file beside it. `/workspace` is the user's, but its entry is in `/`, which the user
+can't replace, so setting its owner and mode follows no link of the user's. The keys live in a
+root-owned `AuthorizedKeysFile`, `/etc/ssh/authorized_keys/<user>`, named by an sshd drop-in
+that sorts before the image's own (`50-cloud-init.conf`, `60-cloudimg-settings.conf`): sshd
+reads `sshd_config.d/*.conf` first, in lexical order, and keeps a keyword's first value. It is
+the only key file sshd reads, so a key removed from the spec stops working at the next boot,
+whatever is left in `~/.ssh`.
 """
 
 import json
@@ -21,18 +32,31 @@ USER = "sandbox"
 WORKSPACE = "/workspace"
 MAX_BYTES = 2048
 
-_SETUP = (
-    "set -eu;"
-    f"id -u {USER} >/dev/null 2>&1 || useradd --create-home --user-group --shell /bin/bash {USER};"
-    f"install -d -m 0750 -o {USER} -g {USER} {WORKSPACE};"
-    f"install -d -m 0700 -o {USER} -g {USER} /home/{USER}/.ssh;"
-    f"k=/home/{USER}/.ssh/authorized_keys;"
-    'printf "%s\\n" "$@" >"$k";'
-    f'chown {USER}:{USER} "$k";chmod 0600 "$k";'
-    f"printf 'cd {WORKSPACE}\\n' >/etc/profile.d/zz-workspace.sh;"
-    'd=/etc/systemd/resolved.conf.d;[ -z "$DNS" ] || { mkdir -p $d;'
-    "printf '[Resolve]\\nDNS=%s\\nDomains=~.\\n' \"$DNS\" >$d/90-sandbox.conf;"
-    "systemctl try-restart systemd-resolved || true; }"
+# Root's: the keys sshd reads for each user, and the drop-in that tells it so.
+KEYS = "/etc/ssh/authorized_keys"
+SSHD_CONFIG_D = "/etc/ssh/sshd_config.d"
+SSHD_DROP_IN = f"{SSHD_CONFIG_D}/00-sandbox.conf"
+
+_SETUP = ";".join(
+    (
+        "set -eu",
+        # w PATH: stdin to PATH, root's, 0644, renamed into place from PATH~ beside it (the
+        # directory is root's; `*.conf` and `*.sh` globs skip the `~` name).
+        'w(){ cat>"$1~";chmod 644 "$1~";mv -f "$1~" "$1";}',
+        # Short options for the byte budget: -m creates the home from /etc/skel, -U a group.
+        f"id {USER}>/dev/null 2>&1||useradd -mU -s /bin/bash {USER}",
+        f"install -d -m 750 -o {USER} -g {USER} {WORKSPACE}",
+        # 0755 and 0644 whatever the umask: sshd reads the keys as the user.
+        f"a={KEYS}",
+        f"install -d -m 755 $a {SSHD_CONFIG_D}",
+        f'echo "AuthorizedKeysFile $a/%u"|w {SSHD_DROP_IN}',
+        f'printf "%s\\n" "$@"|w $a/{USER}',
+        f"echo cd {WORKSPACE}|w /etc/profile.d/zz-workspace.sh",
+        "d=/etc/systemd/resolved.conf.d",
+        '[ -z "$DNS" ]||{ install -d -m 755 $d',
+        "printf '[Resolve]\\nDNS=%s\\nDomains=~.\\n' \"$DNS\"|w $d/90-sandbox.conf",
+        "systemctl try-restart systemd-resolved||true;}",
+    )
 )
 
 
