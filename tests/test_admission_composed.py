@@ -58,7 +58,6 @@ WRITERS = {
     SNAPSHOTTER: "VolumeSnapshot finalizers and annotations",
     BINDER: "binds a claim: spec.volumeName and its annotations",
     "system:serviceaccount:kube-system:pvc-protection-controller": "claim protection finalizer",
-    "system:serviceaccount:kube-system:expand-controller": "marks a claim for resizing",
     SCHEDULER: "records the node a WaitForFirstConsumer claim binds on",
 }
 
@@ -137,6 +136,31 @@ def sandbox_pod() -> dict[str, Any]:
             "ownerReferences": [owner(sandbox)],
         },
         "spec": copy.deepcopy(template["spec"]),
+    }
+
+
+def data_volume_claim() -> dict[str, Any]:
+    """The DataVolume's claim: CDI copies the DataVolume's labels and annotations onto it."""
+    dv = golden("running")["DataVolume"]
+    meta = dv["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": meta["name"],
+            "namespace": NAMESPACE,
+            "labels": {**meta["labels"], "app": "containerized-data-importer"},
+            "annotations": {
+                **meta["annotations"],
+                "cdi.kubevirt.io/storage.contentType": "kubevirt",
+            },
+            "ownerReferences": [owner(dv)],
+        },
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "20Gi"}},
+            "storageClassName": "replicated",
+        },
     }
 
 
@@ -405,6 +429,9 @@ def test_a_tenant_cannot_debug_into_a_sandboxs_pod() -> None:
         pytest.param(launcher, VIRT_CONTROLLER, [], id="virt-controller-creates-its-pod"),
         pytest.param(sandbox_pod, AGENT_SANDBOX, [], id="agent-sandbox-creates-its-pod"),
         pytest.param(vmi, AGENT_SANDBOX, REFUSED, id="agent-sandbox-creates-no-vmi"),
+        pytest.param(data_volume_claim, CDI, [], id="cdi-creates-the-data-volumes-claim"),
+        pytest.param(data_volume_claim, TENANT, REFUSED, id="a-tenant-pre-creates-that-claim"),
+        pytest.param(launcher, CDI, REFUSED, id="cdi-creates-no-sandbox-pod"),
     ],
 )
 def test_the_owning_controllers_launch_a_sandbox(
@@ -418,7 +445,8 @@ def test_the_owning_controllers_launch_a_sandbox(
     [
         pytest.param("VirtualMachine", VIRT_CONTROLLER, id="virt-controller-a-vm-of-a-pool"),
         pytest.param("Sandbox", AGENT_SANDBOX, id="agent-sandbox-a-sandbox-of-a-claim"),
-        pytest.param("PersistentVolumeClaim", CDI, id="cdi"),
+        pytest.param("VolumeSnapshot", CDI, id="cdi-a-snapshot"),
+        pytest.param("PersistentVolumeClaim", VIRT_CONTROLLER, id="virt-controller-a-claim"),
     ],
 )
 def test_controllers_create_no_composed_kind(kind: str, username: str) -> None:
