@@ -545,6 +545,14 @@ def verdict(
     }
     if not all(evaluate(c["expression"], activation) for c in spec.get("matchConditions", [])):
         return "exempt"
+    # Variables in order, each seeing the ones before it (the API server evaluates them lazily;
+    # the policies guard every one, so evaluating them all gives the same answers).
+    variables: dict[celtypes.StringType, Any] = {}
+    for variable in spec.get("variables", []):
+        activation["variables"] = celtypes.MapType(variables)
+        rule = _compile_rule(variable["expression"])
+        variables[celtypes.StringType(variable["name"])] = rule.runner.evaluate(activation)
+    activation["variables"] = celtypes.MapType(variables)
     return [v["message"] for v in spec["validations"] if not evaluate(v["expression"], activation)]
 
 

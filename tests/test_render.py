@@ -108,6 +108,9 @@ def test_the_sandbox_is_never_weaker_than_the_design(spec: dict[str, Any]) -> No
     assert vm["networks"] == [{"name": "default", "pod": {}}]
     assert devices["interfaces"] == [{"name": "default", "masquerade": {}}]
     assert devices["autoattachVSOCK"] is False
+    # Nothing virtctl could reach past the gateway and the policies: no VNC, no serial console.
+    assert devices["autoattachGraphicsDevice"] is False
+    assert devices["autoattachSerialConsole"] is False
     for forbidden in ("hostDevices", "gpus", "filesystems", "downwardMetrics"):
         assert forbidden not in devices
     volume_kinds = {k for v in vm["volumes"] for k in v if k != "name"}

@@ -32,7 +32,7 @@ def _domain(preset: Preset, size: Size) -> dict[str, Any]:
     domain: dict[str, Any] = {
         "devices": {
             "autoattachGraphicsDevice": False,
-            "autoattachSerialConsole": True,
+            "autoattachSerialConsole": preset.kubevirt.serial_console,
             "autoattachVSOCK": False,
             "disks": [
                 {"name": "workspace", "disk": {"bus": "virtio"}, "bootOrder": 1},

@@ -77,6 +77,9 @@ class KubeVirtOptions(Model):
     instancetype: Instancetype | None = None
     preference: Preference | None = None
     termination_grace_period_seconds: Annotated[Int, Field(ge=0, le=3600)] = 60
+    # `virtctl console` reaches the guest through KubeVirt's API, past every network policy
+    # and the gateway; without a serial console it has nothing to attach to.
+    serial_console: Bool = False
 
 
 class Toleration(Model):

@@ -69,6 +69,27 @@ def test_passt_binding_replaces_masquerade() -> None:
     assert interfaces == [{"name": "default", "binding": {"name": "passt"}}]
 
 
+@pytest.mark.parametrize(
+    ("kubevirt", "attached"),
+    [
+        pytest.param({}, False, id="off-by-default"),
+        pytest.param({"serialConsole": False}, False, id="off"),
+        pytest.param({"serialConsole": True}, True, id="a-preset-that-asks-for-it"),
+    ],
+)
+def test_the_serial_console_is_attached_only_where_a_preset_asks(
+    kubevirt: dict[str, Any], attached: bool
+) -> None:
+    # `virtctl console` and `virtctl vnc` reach the guest through KubeVirt's API, never through
+    # the gateway or the sandbox's policies, and admission never sees them (an aggregated API).
+    base = {k: v for k, v in STANDARD["kubevirt"].items() if k != "serialConsole"}
+    devices = vm(p=preset(kubevirt={**base, **kubevirt}))["spec"]["template"]["spec"]["domain"][
+        "devices"
+    ]
+    assert devices["autoattachSerialConsole"] is attached
+    assert devices["autoattachGraphicsDevice"] is False
+
+
 def test_scheduling_comes_from_the_preset() -> None:
     scheduling = {
         "nodeSelector": {"node-role.kubernetes.io/sandbox": ""},
