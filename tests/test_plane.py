@@ -1325,8 +1325,9 @@ def _sandbox_shape(
 
 
 @cache
-def plane_environment(p: Placement) -> Environment:
-    env = cozystack_environment()
+def plane_environment(p: Placement, local: bool = True) -> Environment:  # noqa: FBT002  # a cache key
+    """The plane model; `local` is Cilium's policy-default-local-cluster."""
+    env = replace(cozystack_environment(), policy_default_local_cluster=local)
     shapes = {n: _sandbox_shape(p, n) for n in ("alice-api", "bob-frontend")}
     workloads = tuple(
         replace(w, namespace=shapes[w.name][0], labels=dict(shapes[w.name][2]))
@@ -1375,13 +1376,31 @@ def test_the_plane_model_places_both_sandboxes_in_their_own_namespaces() -> None
     ]
 
 
+# Cilium's policy-default-local-cluster, on and off: the verdicts may not depend on it.
+LOCAL_CLUSTER = pytest.mark.parametrize(
+    "local", [True, False], ids=["local-cluster-default", "no-local-cluster-default"]
+)
+
+
+@LOCAL_CLUSTER
 @pytest.mark.parametrize("p", BOTH)
 @pytest.mark.parametrize(("flow", "allowed"), POD_TABLE)
 def test_the_isolation_truth_table_holds_inside_a_plane(
-    p: Placement, flow: Flow, allowed: bool
+    p: Placement, flow: Flow, allowed: bool, local: bool
 ) -> None:
-    v = evaluate(flow, _internet_policies(p), plane_environment(p))
+    v = evaluate(flow, _internet_policies(p), plane_environment(p, local))
     assert v.allowed is allowed, v.reason
+
+
+@LOCAL_CLUSTER
+@pytest.mark.parametrize("p", BOTH)
+def test_the_local_host_may_still_probe_a_sandbox_inside_a_plane(p: Placement, local: bool) -> None:
+    # Kubelet probes come from the node's own address, whatever Cilium's local-cluster default.
+    for policies in (_internet_policies(p), _allowlist_policies(p)):
+        v = evaluate(
+            Flow("192.168.100.11", "alice-api", 49983), policies, plane_environment(p, local)
+        )
+        assert v.allowed, v.reason
 
 
 def _out(dest: str, port: int | None = 443, protocol: str = "TCP", **kw: Any) -> Flow:
@@ -1433,6 +1452,7 @@ def _allowlist_policies(p: Placement) -> tuple[Manifest, ...]:
     return tuple(plane_world_policies(p, NAMED))
 
 
+@LOCAL_CLUSTER
 @pytest.mark.parametrize("p", BOTH)
 @pytest.mark.parametrize(
     ("flow", "allowed"),
@@ -1481,9 +1501,9 @@ def _allowlist_policies(p: Placement) -> tuple[Manifest, ...]:
     ],
 )
 def test_an_allowlist_with_names_is_enforced_inside_a_plane(
-    p: Placement, flow: Flow, allowed: bool
+    p: Placement, flow: Flow, allowed: bool, local: bool
 ) -> None:
-    v = evaluate(flow, _allowlist_policies(p), plane_environment(p))
+    v = evaluate(flow, _allowlist_policies(p), plane_environment(p, local))
     assert v.allowed is allowed, v.reason
 
 

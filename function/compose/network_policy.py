@@ -60,12 +60,26 @@ def _deny_cidrs(site: tuple[Network, ...]) -> list[str]:
     return [*_PINNED_V4, *_PINNED_V6, *(ip_text(n) for n in site)]
 
 
+# Without Cilium's implicit local-cluster term (`policy-default-local-cluster`, off before 1.19
+# and configurable), a selector that only says what a peer lacks also selects the node, world
+# and the apiserver, which have no namespace label: a NotIn on the namespace is always paired
+# with Exists, so that every selector means pods, and the same pods, under either setting.
+def _in_a_namespace() -> dict[str, Any]:
+    return {"key": NAMESPACE, "operator": "Exists"}
+
+
+def _not_in_namespace(namespace: str) -> dict[str, Any]:
+    """Pods in every namespace but `namespace`, and nothing that is not a pod."""
+    not_in = {"key": NAMESPACE, "operator": "NotIn", "values": [namespace]}
+    return {"matchExpressions": [_in_a_namespace(), not_in]}
+
+
 def _in_cluster_endpoints(cluster_dns: bool) -> list[dict[str, Any]]:  # noqa: FBT001  # a preset flag
     """Every endpoint in every namespace; with cluster DNS, all but kube-dns."""
     if not cluster_dns:
-        return [{"matchExpressions": [{"key": NAMESPACE, "operator": "Exists"}]}]
+        return [{"matchExpressions": [_in_a_namespace()]}]
     return [
-        {"matchExpressions": [{"key": NAMESPACE, "operator": "NotIn", "values": ["kube-system"]}]},
+        _not_in_namespace("kube-system"),
         {
             "matchExpressions": [
                 {"key": NAMESPACE, "operator": "In", "values": ["kube-system"]},
@@ -102,13 +116,7 @@ def _gateway_peer(platform: SandboxPlatform) -> dict[str, Any]:
 def ingress_denies(platform: SandboxPlatform) -> list[dict[str, Any]]:
     """Deny every endpoint but the gateway's pods, and every source outside the cluster."""
     gateway = platform.gateway
-    not_gateway = [
-        {
-            "matchExpressions": [
-                {"key": NAMESPACE, "operator": "NotIn", "values": [gateway.namespace]}
-            ]
-        }
-    ]
+    not_gateway = [_not_in_namespace(gateway.namespace)]
     # In the gateway's namespace, a pod lacking any one gateway label is not the gateway
     # (NotIn also matches pods without the key).
     not_gateway += [
