@@ -183,7 +183,25 @@ INGRESS = [
     pytest.param(into("sandbox-gateway", 3000), True, id="from-gateway-declared-port"),
     pytest.param(into("sandbox-gateway", 22), True, id="from-gateway-ssh-with-keys"),
     pytest.param(into("sandbox-gateway", 8080), False, id="from-gateway-undeclared-port"),
+    # The agent and declared ports are open to the gateway over TCP only.
+    pytest.param(into("sandbox-gateway", 49983, "UDP"), False, id="from-gateway-agent-port-udp"),
+    pytest.param(into("sandbox-gateway", 49983, "SCTP"), False, id="from-gateway-agent-port-sctp"),
+    pytest.param(into("sandbox-gateway", 3000, "UDP"), False, id="from-gateway-declared-port-udp"),
+    pytest.param(into("sandbox-gateway", 22, "SCTP"), False, id="from-gateway-ssh-port-sctp"),
     pytest.param(into("sandbox-gateway", 8080, "UDP"), False, id="from-gateway-other-port-udp"),
+    pytest.param(into("sandbox-gateway", None, "ICMP", 8), False, id="from-gateway-ping"),
+    pytest.param(into("sandbox-gateway", None, "ICMP", 13), False, id="from-gateway-timestamp"),
+    pytest.param(into("sandbox-gateway", None, "ICMP"), False, id="from-gateway-any-icmp-type"),
+    pytest.param(
+        Flow("sandbox-gateway", "fd00:10:244::21", None, "ICMP", icmp_type=128),
+        False,
+        id="from-gateway-ping-v6",
+    ),
+    pytest.param(
+        Flow("sandbox-gateway", "fd00:10:244::21", None, "ICMP"),
+        False,
+        id="from-gateway-any-icmpv6-type",
+    ),
     pytest.param(into("mallory-shell", None, "ICMP", 8), False, id="from-other-tenant-ping"),
     pytest.param(into("198.51.100.7", None, "ICMP", 8), False, id="from-world-ping"),
     pytest.param(into("gateway-debug"), False, id="from-gateway-namespace-without-label"),
@@ -263,6 +281,19 @@ def test_without_the_guard_and_policies_the_baseline_alone_leaks(env: Environmen
         into("sandbox-gateway", None, "ICMP", 8),
     ):
         assert verdict(flow, baseline, env), flow
+
+
+def test_icmp_from_the_gateway_is_denied_by_the_guard(env: Environment) -> None:
+    # Naming every ICMP type takes 512 fields: the guard carries them, each sandbox's own
+    # policy does not. UDP and SCTP are denied by both.
+    own = [p for p in world(baseline=True) if p["kind"] != "CiliumClusterwideNetworkPolicy"]
+    guard_alone = [guard_policy(PLATFORM), *cozystack_baseline(NS)]
+    ping = into("sandbox-gateway", None, "ICMP", 8)
+    assert verdict(ping, own, env)
+    assert not verdict(ping, guard_alone, env)
+    for flow in (into("sandbox-gateway", 49983, "UDP"), into("sandbox-gateway", 3000, "SCTP")):
+        assert not verdict(flow, own, env), flow
+        assert not verdict(flow, guard_alone, env), flow
 
 
 # A cluster without Cilium: only the NetworkPolicy counts, and ipBlock sees node addresses.
