@@ -30,7 +30,7 @@ from function.compose.kubernetes_object import (
     STATEFULSET_STOPPED,
     condition_query,
 )
-from function.compose.names import WORKSPACE_LABEL
+from function.compose.names import EGRESS_LABEL, WORKSPACE_LABEL
 from function.errors import FieldError
 from function.fn import FunctionRunner
 from function.model import Manifest
@@ -573,7 +573,13 @@ def test_the_workload_comes_last_and_runs_one_pod(p: Placement) -> None:
     assert sorted(out.resources) == sorted(p.own + STAGE_ONE + STAGE_TWO + [p.workload])
     workload = inner(out, p.workload)
     assert workload["metadata"]["namespace"] == IN_PLANE
-    assert pod_template(workload)["metadata"]["labels"] == {WORKSPACE_LABEL: "alice-api"}
+    assert pod_template(workload)["metadata"]["labels"] == {
+        WORKSPACE_LABEL: "alice-api",
+        EGRESS_LABEL: "Internet",
+    }
+    if p.workload == "statefulset":
+        # A StatefulSet's selector can't change: it stays the identity alone.
+        assert workload["spec"]["selector"] == {"matchLabels": {WORKSPACE_LABEL: "alice-api"}}
     if p.workload == "statefulset":
         assert workload["spec"]["replicas"] == 1
         assert out.resources[p.workload]["spec"]["readiness"]["celQuery"] == STATEFULSET_RUNNING
@@ -1362,7 +1368,10 @@ def test_the_plane_model_places_both_sandboxes_in_their_own_namespaces() -> None
     env = plane_environment(SHARED)
     assert env.workload("alice-api").namespace == "sandbox-alice-api"
     assert env.workload("bob-frontend").namespace == "sandbox-bob-frontend"
-    assert env.workload("alice-api").labels == {WORKSPACE_LABEL: "alice-api"}
+    assert env.workload("alice-api").labels == {
+        WORKSPACE_LABEL: "alice-api",
+        EGRESS_LABEL: "Internet",
+    }
     assert (
         env.namespace_labels_of("sandbox-alice-api")["pod-security.kubernetes.io/enforce"]
         == "restricted"

@@ -66,6 +66,31 @@ def world(
     return policies
 
 
+def pod_labels(spec: dict[str, Any], p: SandboxPlatform = PLATFORM) -> dict[str, str]:
+    """The labels the render gives alice's pod: a VM's virt-launcher pod, or a Sandbox's."""
+    out = render(workspace(spec, "alice-api"), p, {}, NOW).resources
+    if "vm" in out:
+        labels = out["vm"]["spec"]["template"]["metadata"]["labels"]
+        return {**labels, "kubevirt.io": "virt-launcher"}
+    return dict(out["sandbox"]["spec"]["podTemplate"]["metadata"]["labels"])
+
+
+def labelled(
+    env: Environment,
+    spec: dict[str, Any],
+    alice: dict[str, Any] = ALICE,
+    p: SandboxPlatform = PLATFORM,
+) -> Environment:
+    """`env` with alice's pod carrying the labels her rendered sandbox gives it."""
+    labels = pod_labels(alice | spec, p)
+    return replace(
+        env,
+        workloads=tuple(
+            replace(w, labels=labels) if w.name == "alice-api" else w for w in env.workloads
+        ),
+    )
+
+
 @pytest.fixture(params=list(ENVS), ids=list(ENVS))
 def env(request: pytest.FixtureRequest) -> Environment:
     return ENVS[request.param]
@@ -219,6 +244,7 @@ INGRESS = [
 ]
 
 TABLE = PUBLIC + DENIED_EGRESS + INGRESS
+NONE = {"network": {"egress": "None"}}
 # The same flows for a sandbox running as a pod, given ALICE_POD: port 22 stays closed.
 POD_TABLE = [
     pytest.param(into("sandbox-gateway", 22), False, id="from-gateway-port-22-on-a-pod")
@@ -238,7 +264,7 @@ def test_the_tables_are_big_enough() -> None:
 def test_internet_mode_truth_table(
     flow: Flow, allowed: bool, baseline: bool, env: Environment
 ) -> None:
-    v = evaluate(flow, world(baseline=baseline), env)
+    v = evaluate(flow, world(baseline=baseline), labelled(env, {}))
     assert v.allowed is allowed, v.reason
 
 
@@ -364,7 +390,7 @@ ALLOWLIST = {
     ],
 )
 def test_allowlist_truth_table(flow: Flow, allowed: bool, baseline: bool, env: Environment) -> None:
-    v = evaluate(flow, world(ALLOWLIST, baseline=baseline), env)
+    v = evaluate(flow, world(ALLOWLIST, baseline=baseline), labelled(env, ALLOWLIST))
     assert v.allowed is allowed, v.reason
 
 
@@ -433,7 +459,7 @@ def dns(name: str) -> Flow:
 def test_allowlist_by_name_where_namespaces_do_not_allow_the_internet(
     flow: Flow, allowed: bool, env: Environment
 ) -> None:
-    v = evaluate(flow, world(NAMES, baseline=False, p=OPEN), env)
+    v = evaluate(flow, world(NAMES, baseline=False, p=OPEN), labelled(env, NAMES, p=OPEN))
     assert v.allowed is allowed, v.reason
 
 
@@ -450,12 +476,50 @@ def test_allowlist_by_name_where_namespaces_do_not_allow_the_internet(
     ],
 )
 def test_none_mode_denies_all_egress(flow: Flow, baseline: bool, env: Environment) -> None:
-    assert not verdict(flow, world({"network": {"egress": "None"}}, baseline=baseline), env)
+    policies = world(NONE, baseline=baseline)
+    assert not verdict(flow, policies, labelled(env, NONE))
 
 
 def test_none_mode_keeps_the_gateway_path(env: Environment) -> None:
-    policies = world({"network": {"egress": "None"}}, baseline=True)
-    assert verdict(into("sandbox-gateway"), policies, env)
+    policies = world(NONE, baseline=True)
+    assert verdict(into("sandbox-gateway"), policies, labelled(env, NONE))
+    assert verdict(into("192.168.100.11"), policies, labelled(env, NONE))
+
+
+# While only the guard covers a sandbox (before its own policy exists, or while it is deleted),
+# the guard denies what the sandbox's egress mode denies, as the pod's egress label tells it.
+GUARD_ALONE = [guard_policy(PLATFORM), *cozystack_baseline(NS), *cozystack_baseline("tenant-evil")]
+EGRESS_TABLE = [row for row in TABLE if row.values[0].source == "alice-api"]
+
+
+@pytest.mark.parametrize("alice", [ALICE, ALICE_POD | {"preset": "kata"}], ids=["vm", "kata"])
+def test_the_guard_alone_denies_a_none_sandbox_all_egress(
+    alice: dict[str, Any], env: Environment
+) -> None:
+    here = labelled(env, NONE, alice)
+    assert [str(r.id) for r in EGRESS_TABLE if verdict(r.values[0], GUARD_ALONE, here)] == []
+    assert verdict(into("sandbox-gateway"), GUARD_ALONE, here)
+
+
+@pytest.mark.parametrize(
+    "spec", [pytest.param({}, id="internet"), pytest.param(ALLOWLIST, id="allowlist")]
+)
+def test_the_guard_alone_gives_internet_and_allowlist_sandboxes_internet_mode_egress(
+    spec: dict[str, Any], env: Environment
+) -> None:
+    # The guard can't know an allow-list, and a deny of anything it may list would win over the
+    # sandbox's own allows for good: an Allowlist sandbox covered by the guard alone has the
+    # public internet (and nothing else) until its own policy applies.
+    assert wrong_rows(GUARD_ALONE, labelled(env, spec), EGRESS_TABLE) == []
+
+
+def test_a_pod_without_the_egress_label_gets_the_guards_internet_mode_denies(
+    env: Environment,
+) -> None:
+    # A pod started before its template carried the label (a VM keeps its pod's labels until
+    # its next start) is covered as an Internet sandbox by the guard, and by its own policy.
+    assert wrong_rows(GUARD_ALONE, env, EGRESS_TABLE) == []
+    assert not verdict(out("151.101.0.223"), world(NONE, baseline=True), env)
 
 
 CLUSTER_DNS = platform(
@@ -597,4 +661,5 @@ def test_kata_and_gvisor_sandboxes_pass_the_same_truth_table(
     preset: str, baseline: bool, env: Environment
 ) -> None:
     policies = world({"preset": preset}, baseline=baseline, alice=ALICE_POD)
-    assert wrong_rows(policies, env, POD_TABLE) == []
+    here = labelled(env, {"preset": preset}, ALICE_POD)
+    assert wrong_rows(policies, here, POD_TABLE) == []
