@@ -338,3 +338,24 @@ def test_no_selector_of_any_sandbox_depends_on_the_local_cluster_default(
     for preset in (PRESET, CLUSTER_DNS):
         found = selectors(policies(spec, preset)["cilium-policy"])
         assert [(s, why) for s in found if (why := unpaired(s))] == []
+
+
+@pytest.mark.parametrize(
+    "fqdn",
+    [
+        "pypi.org",
+        "*.pythonhosted.org",
+        "objects.githubusercontent.com",
+        "xn--80ak6aa92e.xn--p1ai",
+        "svc.example.com",
+        "api.svc.example.com",
+        "pod.example.com",
+        "kube-system.example.com",
+        "default.example.com",
+    ],
+)
+def test_public_names_stay_allowed(fqdn: str) -> None:
+    # Only cluster-shaped names are refused: a label svc or pod after the first two, or a last
+    # label that is no top-level domain (digits, dashes, or the namespace default).
+    out = cilium(allowlist({"fqdn": fqdn}), p=OPEN)
+    assert {"toFQDNs": [{"matchPattern" if "*" in fqdn else "matchName": fqdn}]} in out["egress"]
