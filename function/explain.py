@@ -27,7 +27,6 @@ from function.policy import (
 from function.wire import to_dict
 
 POLICY_KINDS = ("CiliumNetworkPolicy", "NetworkPolicy")
-AGENT_PORT = 49983
 # Where the sandbox's pod sits in the modelled cluster, and another sandbox beside it.
 SANDBOX_IPS = ("10.244.0.99", "fd00:10:244::99")
 NEIGHBOUR_IPS = ("10.244.1.98", "fd00:10:244:1::98")
@@ -68,6 +67,8 @@ class Audit:
     sandbox: str
     """The sandbox as the evaluator names it: namespace/name."""
     notes: list[str]
+    agent_port: int
+    """The port callers try when no port is named: the platform's `gateway.agentPort`."""
 
 
 def audit(
@@ -113,7 +114,13 @@ def audit(
     neighbour_labels = {WORKSPACE_LABEL: "neighbour", "kubevirt.io": "virt-launcher"}
     neighbour = Workload("neighbour", namespace, neighbour_labels, NEIGHBOUR_IPS, "node-2")
     workloads = (*others, sandbox, neighbour)
-    return Audit(policies, replace(env, workloads=workloads), f"{namespace}/{name}", notes)
+    return Audit(
+        policies,
+        replace(env, workloads=workloads),
+        f"{namespace}/{name}",
+        notes,
+        platform.gateway.agent_port,
+    )
 
 
 def _carried(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -142,8 +149,9 @@ def _pod_labels(desired: dict[str, Any]) -> dict[str, str]:
 
 
 def flows(
-    sandbox: str, to: str | None, source: str | None, port: int | None, protocol: str
+    found: Audit, to: str | None, source: str | None, port: int | None, protocol: str
 ) -> list[Flow]:
+    sandbox = found.sandbox
     if to is not None:
         return [Flow(sandbox, to, port, protocol)]  # type: ignore[arg-type]
     if source is not None:
@@ -153,7 +161,8 @@ def flows(
         Flow(sandbox, d.format(namespace=namespace), p, proto)  # type: ignore[arg-type]
         for d, p, proto in AUDIT
     ]
-    return out + [Flow(c.format(namespace=namespace), sandbox, port or AGENT_PORT) for c in CALLERS]
+    callers = [c.format(namespace=namespace) for c in CALLERS]
+    return out + [Flow(c, sandbox, port or found.agent_port) for c in callers]
 
 
 def explain(found: Audit, asked: list[Flow], enforcement: str) -> list[str]:

@@ -294,7 +294,7 @@ def explain(  # noqa: PLR0917  # click passes every option by keyword
         found = audit(
             rsp, to_dict(files.req.observed.composite.resource), platform, baseline=not no_baseline
         )
-        asked = flows(found.sandbox, to, source, port, protocol)
+        asked = flows(found, to, source, port, protocol)
         click.echo("\n".join(explain_flows(found, asked, enforcement)))
     except (LookupError, ValueError) as err:
         click.echo(f"error: {err}", err=True)

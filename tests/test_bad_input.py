@@ -403,6 +403,41 @@ SPEC_CASES = [
                 "'intranet-db' is not a full name; name a domain such as pypi.org or *.pypi.org",
             ),
             (
+                "two-label-service",
+                "kubernetes.default",
+                "'kubernetes.default' ends in 'default', which is no public top-level domain but may be a namespace: <service>.<namespace> names a Service of the cluster; list public names only",
+            ),
+            (
+                "two-label-system-service",
+                "kube-dns.kube-system",
+                "'kube-dns.kube-system' ends in 'kube-system', which is no public top-level domain but may be a namespace: <service>.<namespace> names a Service of the cluster; list public names only",
+            ),
+            (
+                "namespace-wildcard",
+                "*.tenant-evil",
+                "'*.tenant-evil' ends in 'tenant-evil', which is no public top-level domain but may be a namespace: <service>.<namespace> names a Service of the cluster; list public names only",
+            ),
+            (
+                "digit-tld",
+                "db.42",
+                "'db.42' ends in '42', which is no public top-level domain but may be a namespace: <service>.<namespace> names a Service of the cluster; list public names only",
+            ),
+            (
+                "service-under-a-custom-cluster-domain",
+                "kubernetes.default.svc.k8s.example.com",
+                "'kubernetes.default.svc.k8s.example.com' has the shape of a cluster name (<service>.<namespace>.svc or <pod>.<namespace>.pod, under any cluster domain) and is never allowed",
+            ),
+            (
+                "services-of-a-namespace",
+                "*.cozy-system.svc.cozy.example",
+                "'*.cozy-system.svc.cozy.example' has the shape of a cluster name (<service>.<namespace>.svc or <pod>.<namespace>.pod, under any cluster domain) and is never allowed",
+            ),
+            (
+                "pod-record",
+                "10-244-0-10.kube-system.pod.k8s.example.com",
+                "'10-244-0-10.kube-system.pod.k8s.example.com' has the shape of a cluster name (<service>.<namespace>.svc or <pod>.<namespace>.pod, under any cluster domain) and is never allowed",
+            ),
+            (
                 "tld-wildcard",
                 "*.com",
                 "'*.com' covers a whole top-level domain; name a domain such as pypi.org or *.pypi.org",

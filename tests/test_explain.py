@@ -6,10 +6,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from function.main import cli
-from tests.support import ROOT
+from tests.support import COMPOSITION, ROOT
 
 FULL = str(ROOT / "examples" / "full" / "xr.yaml")
 
@@ -183,3 +184,22 @@ def test_every_process_names_the_same_rule() -> None:
         ).stdout
 
     assert run(0) == run(1) == run(2) == explain()[1]
+
+
+def test_the_default_audit_calls_the_platforms_agent_port(tmp_path: Path) -> None:
+    composition = yaml.safe_load(COMPOSITION.read_text())
+    composition["spec"]["pipeline"][0]["input"]["gateway"]["agentPort"] = 8443
+    path = tmp_path / "composition.yaml"
+    path.write_text(yaml.safe_dump(composition))
+    code, out, _ = explain("--composition", str(path))
+    assert code == 0
+    callers = [line for line in out.splitlines() if "-> tenant-acme/bob-frontend:" in line]
+    assert [line.split(": ")[0] for line in callers] == [
+        "cozy-sandbox-gateway/sandbox-gateway -> tenant-acme/bob-frontend:8443/TCP",
+        "cozy-sandbox-gateway/gateway-debug -> tenant-acme/bob-frontend:8443/TCP",
+        "tenant-acme/neighbour -> tenant-acme/bob-frontend:8443/TCP",
+        "tenant-evil/mallory-shell -> tenant-acme/bob-frontend:8443/TCP",
+        "198.51.100.7 -> tenant-acme/bob-frontend:8443/TCP",
+    ]
+    # The gateway reaches the agent on the port the platform gave it, and nobody else does.
+    assert [": allowed: " in line for line in callers] == [True, False, False, False, False]

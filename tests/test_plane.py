@@ -30,7 +30,7 @@ from function.compose.kubernetes_object import (
     STATEFULSET_STOPPED,
     condition_query,
 )
-from function.compose.names import WORKSPACE_LABEL
+from function.compose.names import EGRESS_LABEL, WORKSPACE_LABEL
 from function.errors import FieldError
 from function.fn import FunctionRunner
 from function.model import Manifest
@@ -573,7 +573,13 @@ def test_the_workload_comes_last_and_runs_one_pod(p: Placement) -> None:
     assert sorted(out.resources) == sorted(p.own + STAGE_ONE + STAGE_TWO + [p.workload])
     workload = inner(out, p.workload)
     assert workload["metadata"]["namespace"] == IN_PLANE
-    assert pod_template(workload)["metadata"]["labels"] == {WORKSPACE_LABEL: "alice-api"}
+    assert pod_template(workload)["metadata"]["labels"] == {
+        WORKSPACE_LABEL: "alice-api",
+        EGRESS_LABEL: "Internet",
+    }
+    if p.workload == "statefulset":
+        # A StatefulSet's selector can't change: it stays the identity alone.
+        assert workload["spec"]["selector"] == {"matchLabels": {WORKSPACE_LABEL: "alice-api"}}
     if p.workload == "statefulset":
         assert workload["spec"]["replicas"] == 1
         assert out.resources[p.workload]["spec"]["readiness"]["celQuery"] == STATEFULSET_RUNNING
@@ -1325,8 +1331,9 @@ def _sandbox_shape(
 
 
 @cache
-def plane_environment(p: Placement) -> Environment:
-    env = cozystack_environment()
+def plane_environment(p: Placement, local: bool = True) -> Environment:  # noqa: FBT002  # a cache key
+    """The plane model; `local` is Cilium's policy-default-local-cluster."""
+    env = replace(cozystack_environment(), policy_default_local_cluster=local)
     shapes = {n: _sandbox_shape(p, n) for n in ("alice-api", "bob-frontend")}
     workloads = tuple(
         replace(w, namespace=shapes[w.name][0], labels=dict(shapes[w.name][2]))
@@ -1361,7 +1368,10 @@ def test_the_plane_model_places_both_sandboxes_in_their_own_namespaces() -> None
     env = plane_environment(SHARED)
     assert env.workload("alice-api").namespace == "sandbox-alice-api"
     assert env.workload("bob-frontend").namespace == "sandbox-bob-frontend"
-    assert env.workload("alice-api").labels == {WORKSPACE_LABEL: "alice-api"}
+    assert env.workload("alice-api").labels == {
+        WORKSPACE_LABEL: "alice-api",
+        EGRESS_LABEL: "Internet",
+    }
     assert (
         env.namespace_labels_of("sandbox-alice-api")["pod-security.kubernetes.io/enforce"]
         == "restricted"
@@ -1375,13 +1385,31 @@ def test_the_plane_model_places_both_sandboxes_in_their_own_namespaces() -> None
     ]
 
 
+# Cilium's policy-default-local-cluster, on and off: the verdicts may not depend on it.
+LOCAL_CLUSTER = pytest.mark.parametrize(
+    "local", [True, False], ids=["local-cluster-default", "no-local-cluster-default"]
+)
+
+
+@LOCAL_CLUSTER
 @pytest.mark.parametrize("p", BOTH)
 @pytest.mark.parametrize(("flow", "allowed"), POD_TABLE)
 def test_the_isolation_truth_table_holds_inside_a_plane(
-    p: Placement, flow: Flow, allowed: bool
+    p: Placement, flow: Flow, allowed: bool, local: bool
 ) -> None:
-    v = evaluate(flow, _internet_policies(p), plane_environment(p))
+    v = evaluate(flow, _internet_policies(p), plane_environment(p, local))
     assert v.allowed is allowed, v.reason
+
+
+@LOCAL_CLUSTER
+@pytest.mark.parametrize("p", BOTH)
+def test_the_local_host_may_still_probe_a_sandbox_inside_a_plane(p: Placement, local: bool) -> None:
+    # Kubelet probes come from the node's own address, whatever Cilium's local-cluster default.
+    for policies in (_internet_policies(p), _allowlist_policies(p)):
+        v = evaluate(
+            Flow("192.168.100.11", "alice-api", 49983), policies, plane_environment(p, local)
+        )
+        assert v.allowed, v.reason
 
 
 def _out(dest: str, port: int | None = 443, protocol: str = "TCP", **kw: Any) -> Flow:
@@ -1433,6 +1461,7 @@ def _allowlist_policies(p: Placement) -> tuple[Manifest, ...]:
     return tuple(plane_world_policies(p, NAMED))
 
 
+@LOCAL_CLUSTER
 @pytest.mark.parametrize("p", BOTH)
 @pytest.mark.parametrize(
     ("flow", "allowed"),
@@ -1481,9 +1510,9 @@ def _allowlist_policies(p: Placement) -> tuple[Manifest, ...]:
     ],
 )
 def test_an_allowlist_with_names_is_enforced_inside_a_plane(
-    p: Placement, flow: Flow, allowed: bool
+    p: Placement, flow: Flow, allowed: bool, local: bool
 ) -> None:
-    v = evaluate(flow, _allowlist_policies(p), plane_environment(p))
+    v = evaluate(flow, _allowlist_policies(p), plane_environment(p, local))
     assert v.allowed is allowed, v.reason
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from function.compose.names import WORKSPACE_LABEL, identity_labels
+from function.compose.names import EGRESS_LABEL, WORKSPACE_LABEL, identity_labels
 from function.compose.readiness import is_ready
 from function.errors import FieldError
 from function.render import Rendered, render
@@ -85,7 +85,8 @@ def test_the_vm_and_service_carry_only_our_identity(spec: dict[str, Any], name: 
     out = rendered(spec, name)
     identity = identity_labels(workspace(spec, name))
     assert list(identity) == [WORKSPACE_LABEL]
-    assert out.resources["vm"]["spec"]["template"]["metadata"]["labels"] == identity
+    egress = {EGRESS_LABEL: workspace(spec, name).spec.network.egress}
+    assert out.resources["vm"]["spec"]["template"]["metadata"]["labels"] == identity | egress
     assert out.resources["service"]["spec"]["selector"] == identity
 
 
@@ -145,7 +146,7 @@ RESERVED = (
     "argocd.argoproj.io/",
 )
 # Every label key the function writes: ours, and the platform's gateway and DNS selectors.
-OUR_KEYS = {WORKSPACE_LABEL, "app.kubernetes.io/managed-by"}
+OUR_KEYS = {WORKSPACE_LABEL, EGRESS_LABEL, "app.kubernetes.io/managed-by"}
 
 
 def _label_maps(obj: Any) -> list[dict[str, str]]:

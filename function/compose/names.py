@@ -87,3 +87,16 @@ def object_name(ws: WorkspaceSandbox, key: str) -> str:
 
 def service_account_name(ws: WorkspaceSandbox) -> str:
     return dns_label(ws.metadata.name, "sandbox")
+
+
+EGRESS_LABEL = "sandbox.cozystack.io/egress"
+"""On the sandbox's pod: its egress mode, so that the guard denies what the mode denies."""
+
+
+def pod_labels(ws: WorkspaceSandbox) -> dict[str, str]:
+    """The labels of the sandbox's pod (or VM template): its identity and its egress mode.
+
+    Only the identity selects it; the egress mode only ever adds the guard's denies (a pod
+    that loses the label is back to the guard's Internet-mode denies, under its own policy).
+    """
+    return {**identity_labels(ws), EGRESS_LABEL: ws.spec.network.egress}

@@ -60,12 +60,26 @@ def _deny_cidrs(site: tuple[Network, ...]) -> list[str]:
     return [*_PINNED_V4, *_PINNED_V6, *(ip_text(n) for n in site)]
 
 
+# Without Cilium's implicit local-cluster term (`policy-default-local-cluster`, off before 1.19
+# and configurable), a selector that only says what a peer lacks also selects the node, world
+# and the apiserver, which have no namespace label: a NotIn on the namespace is always paired
+# with Exists, so that every selector means pods, and the same pods, under either setting.
+def _in_a_namespace() -> dict[str, Any]:
+    return {"key": NAMESPACE, "operator": "Exists"}
+
+
+def _not_in_namespace(namespace: str) -> dict[str, Any]:
+    """Pods in every namespace but `namespace`, and nothing that is not a pod."""
+    not_in = {"key": NAMESPACE, "operator": "NotIn", "values": [namespace]}
+    return {"matchExpressions": [_in_a_namespace(), not_in]}
+
+
 def _in_cluster_endpoints(cluster_dns: bool) -> list[dict[str, Any]]:  # noqa: FBT001  # a preset flag
     """Every endpoint in every namespace; with cluster DNS, all but kube-dns."""
     if not cluster_dns:
-        return [{"matchExpressions": [{"key": NAMESPACE, "operator": "Exists"}]}]
+        return [{"matchExpressions": [_in_a_namespace()]}]
     return [
-        {"matchExpressions": [{"key": NAMESPACE, "operator": "NotIn", "values": ["kube-system"]}]},
+        _not_in_namespace("kube-system"),
         {
             "matchExpressions": [
                 {"key": NAMESPACE, "operator": "In", "values": ["kube-system"]},
@@ -102,13 +116,7 @@ def _gateway_peer(platform: SandboxPlatform) -> dict[str, Any]:
 def ingress_denies(platform: SandboxPlatform) -> list[dict[str, Any]]:
     """Deny every endpoint but the gateway's pods, and every source outside the cluster."""
     gateway = platform.gateway
-    not_gateway = [
-        {
-            "matchExpressions": [
-                {"key": NAMESPACE, "operator": "NotIn", "values": [gateway.namespace]}
-            ]
-        }
-    ]
+    not_gateway = [_not_in_namespace(gateway.namespace)]
     # In the gateway's namespace, a pod lacking any one gateway label is not the gateway
     # (NotIn also matches pods without the key).
     not_gateway += [
@@ -243,6 +251,43 @@ def _other_ports(ports: tuple[int, ...]) -> list[dict[str, Any]]:
     return ranges
 
 
+def _gateway_tcp_only(platform: SandboxPlatform) -> dict[str, Any]:
+    # The gateway speaks HTTP: no port of a sandbox is open to it over UDP or SCTP.
+    every_port = [
+        {"port": "1", "endPort": MAX_PORT, "protocol": protocol} for protocol in ("UDP", "SCTP")
+    ]
+    return {"fromEndpoints": [_gateway_peer(platform)], "toPorts": [{"ports": every_port}]}
+
+
+# Cilium takes at most 40 fields per ICMP rule, and names one type per field.
+_ICMP_FIELDS_PER_RULE = 40
+_ICMP_TYPES = 256
+
+
+def _every_icmp_type() -> list[dict[str, Any]]:
+    """ICMP rules naming every type of both families: a deny of all of ICMP."""
+    return [
+        {
+            "fields": [
+                {"family": family, "type": t}
+                for t in range(start, min(start + _ICMP_FIELDS_PER_RULE, _ICMP_TYPES))
+            ]
+        }
+        for family in ("IPv4", "IPv6")
+        for start in range(0, _ICMP_TYPES, _ICMP_FIELDS_PER_RULE)
+    ]
+
+
+def gateway_guard_denies(platform: SandboxPlatform) -> list[dict[str, Any]]:
+    """What the guard denies the gateway: UDP, SCTP, and ICMP of every type.
+
+    Every ICMP type is 512 fields: they live in the one guard, not in every sandbox's policy
+    (which stays small and cheap to render); every sandbox pod is selected by the guard.
+    """
+    icmp = {"fromEndpoints": [_gateway_peer(platform)], "icmps": _every_icmp_type()}
+    return [_gateway_tcp_only(platform), icmp]
+
+
 def _allowlist_denies(ws: WorkspaceSandbox) -> list[dict[str, Any]]:
     """The allow-list written as denies, for namespaces that already allow the internet."""
     cidrs = [(r, r.cidr) for r in _sorted_allow(ws) if r.cidr is not None]
@@ -271,7 +316,8 @@ def _cilium_policy(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatfo
         deny_egress += _allowlist_denies(ws)
     open_ports = _ports(ws, preset, platform)
     ports = [{"port": str(p), "protocol": "TCP"} for p in open_ports]
-    # The baseline lets the whole cluster in on every port; the gateway gets only ours.
+    # The baseline lets the cluster in on every port and protocol; the gateway gets only our
+    # ports, over TCP (ICMP from it is the guard's to deny).
     gateway_elsewhere = {
         "fromEndpoints": [_gateway_peer(platform)],
         "toPorts": [{"ports": _other_ports(tuple(open_ports))}],
@@ -285,7 +331,11 @@ def _cilium_policy(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatfo
             "endpointSelector": {"matchLabels": identity},
             "egressDeny": deny_egress,
             "egress": _egress(ws, preset, platform),
-            "ingressDeny": [*ingress_denies(platform), gateway_elsewhere],
+            "ingressDeny": [
+                *ingress_denies(platform),
+                gateway_elsewhere,
+                _gateway_tcp_only(platform),
+            ],
             "ingress": [
                 {"fromEndpoints": [_gateway_peer(platform)], "toPorts": [{"ports": ports}]}
             ],

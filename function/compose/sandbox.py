@@ -12,8 +12,8 @@ from typing import Any
 
 from function.compose.names import (
     CLAIM_TEMPLATE,
-    identity_labels,
     labels,
+    pod_labels,
     sandbox_name,
     service_account_name,
     workspace_volume_name,
@@ -146,7 +146,7 @@ def sandbox(
                 # one would clash with it.
                 "service": False,
                 "podTemplate": {
-                    "metadata": {"labels": identity_labels(ws)},
+                    "metadata": {"labels": pod_labels(ws)},
                     "spec": pod_spec(ws, preset, platform, image, size),
                 },
             },

@@ -8,7 +8,7 @@ Suspending scales to zero: the pod goes, the claim stays.
 from collections.abc import Mapping
 from typing import Any
 
-from function.compose.names import identity_labels, labels, sandbox_name
+from function.compose.names import identity_labels, labels, pod_labels, sandbox_name
 from function.compose.observed import dig
 from function.compose.sandbox import pod_spec
 from function.compose.sizing import Size
@@ -33,7 +33,7 @@ def statefulset(
                 "serviceName": sandbox_name(ws),
                 "selector": {"matchLabels": identity_labels(ws)},
                 "template": {
-                    "metadata": {"labels": identity_labels(ws)},
+                    "metadata": {"labels": pod_labels(ws)},
                     "spec": pod_spec(ws, preset, platform, image, size),
                 },
             },

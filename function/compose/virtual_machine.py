@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from function.compose.cloud_init import user_data
-from function.compose.names import identity_labels, labels, sandbox_name, workspace_volume_name
+from function.compose.names import labels, pod_labels, sandbox_name, workspace_volume_name
 from function.compose.sizing import Size
 from function.model import Manifest
 from function.model.address import ip_text
@@ -85,7 +85,7 @@ def virtual_machine(
     if kv.preference is not None:
         spec["preference"] = kv.preference.model_dump()
     spec["template"] = {
-        "metadata": {"labels": identity_labels(ws)},
+        "metadata": {"labels": pod_labels(ws)},
         "spec": {
             "domain": _domain(preset, size),
             "networks": [{"name": "default", "pod": {}}],

@@ -47,6 +47,38 @@ _INTERNAL_SUFFIXES = (
     "private",
 )
 _IP_LIKE = re.compile(r"[0-9.]+|.*:.*")
+# Cluster DNS answers <service>.<namespace>.svc.<cluster domain> and <pod>.<namespace>.pod.<...>
+# whatever the cluster domain is called.
+_CLUSTER_RECORDS = ("svc", "pod")
+_MIN_RECORD_INDEX = 2
+# Top-level domains are letters only, or an internationalised name's xn-- form; namespaces may
+# have digits and dashes. `default` is a namespace every cluster has and no top-level domain.
+_TOP_LEVEL = re.compile(r"[a-z]+|xn--[a-z0-9-]+")
+_CLUSTER_NAMESPACES = ("default",)
+_NAME_ONE = "name a domain such as pypi.org or *.pypi.org"
+
+
+def _cluster_shaped(value: str) -> str | None:
+    """Why `value` names, or could be completed to, something inside a cluster; None if not.
+
+    Cilium's DNS proxy matches a query as it is sent, after the pod's own search domains have
+    completed it, so a listed `kube-dns.kube-system` only ever lets that literal name through.
+    But a resolver that completes or rewrites names itself (CoreDNS autopath or rewrite, a
+    resolver with a search domain) would answer it from inside the cluster.
+    """
+    labels = value.split(".")
+    if any(label in _CLUSTER_RECORDS for label in labels[_MIN_RECORD_INDEX:]):
+        return (
+            "has the shape of a cluster name (<service>.<namespace>.svc or "
+            "<pod>.<namespace>.pod, under any cluster domain) and is never allowed"
+        )
+    last = labels[-1]
+    if last in _CLUSTER_NAMESPACES or not _TOP_LEVEL.fullmatch(last):
+        return (
+            f"ends in {last!r}, which is no public top-level domain but may be a namespace: "
+            "<service>.<namespace> names a Service of the cluster; list public names only"
+        )
+    return None
 
 
 def _public_name(value: str) -> str:
@@ -56,9 +88,13 @@ def _public_name(value: str) -> str:
     for suffix in _INTERNAL_SUFFIXES:
         if name == suffix or name.endswith("." + suffix):
             raise ValueError(f"{value!r} is a cluster, host or metadata name and is never allowed")
+    if "." not in value:
+        raise ValueError(f"{value!r} is not a full name; {_NAME_ONE}")
+    why = _cluster_shaped(value)
+    if why is not None:
+        raise ValueError(f"{value!r} {why}")
     if "." not in name:
-        what = "covers a whole top-level domain" if value.startswith("*.") else "is not a full name"
-        raise ValueError(f"{value!r} {what}; name a domain such as pypi.org or *.pypi.org")
+        raise ValueError(f"{value!r} covers a whole top-level domain; {_NAME_ONE}")
     return value
 
 

@@ -117,6 +117,9 @@ class Environment:
 
     `apiserver_ips` are the addresses Cilium gives the `kube-apiserver` identity (the
     endpoints of the `kubernetes` Service); `dns` maps a name to the addresses it resolves to.
+    `policy_default_local_cluster` is Cilium's setting of that name: whether every endpoint
+    selector implicitly selects the local cluster's endpoints only (on by default in Helm from
+    1.19; off before, and an operator may turn it off).
     """
 
     workloads: tuple[Workload, ...]
@@ -127,6 +130,7 @@ class Environment:
     dns: Mapping[str, tuple[str, ...]]
     pod_cidrs: tuple[str, ...] = ()
     service_cidrs: tuple[str, ...] = ()
+    policy_default_local_cluster: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "apiserver_ips", _canonical(self.apiserver_ips))

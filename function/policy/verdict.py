@@ -18,9 +18,15 @@ Layer 4, Deny Policies, Using Kubernetes Constructs) and the CRD field documenta
   `{}` allows everything (Cilium's rule parser turns absent peers into an empty selector list,
   "empty L3 = match everything"). An empty list (`toEndpoints: []`, `toEntities: []`,
   `toCIDR: []`, `toCIDRSet: []`) selects nothing.
-* Endpoint selectors match pods only. In a CiliumNetworkPolicy a peer selector that does not
-  constrain `io.kubernetes.pod.namespace` is confined to the policy's namespace (so namespace-
-  label selectors there only match that namespace's pods, as the docs warn).
+* Endpoint selectors match pods only, as long as Cilium adds its implicit local-cluster term to
+  every selector (`policy-default-local-cluster`, `Environment.policy_default_local_cluster`,
+  on by default in Helm from 1.19). Without it (before 1.19, or turned off), a selector is
+  matched against every identity's labels: one that only says what a peer lacks (`NotIn`,
+  `DoesNotExist`) also selects reserved identities (`host`, `remote-node`, `world`,
+  `kube-apiserver`), which carry none of a pod's labels. In a CiliumNetworkPolicy a peer
+  selector that does not constrain `io.kubernetes.pod.namespace` is confined to the policy's
+  namespace (so namespace-label selectors there only match that namespace's pods, as the docs
+  warn, and never a reserved identity).
 * CIDR rules, `ipBlock` (in cilium mode) and `toFQDNs` match `world` only: never a pod, a node
   or an apiserver address, even one inside the CIDR. An address Cilium has no identity for is
   `world`, even inside the pod or service CIDR.
@@ -36,11 +42,16 @@ Layer 4, Deny Policies, Using Kubernetes Constructs) and the CRD field documenta
   to the proxy, so a proof of refusal here is not weakened by it.
 * Ingress from the pod's own node is always allowed unless denied (Cilium's default
   allow-localhost; Kubernetes NetworkPolicy cannot block it either).
+* Protocols: `toPorts` entries match TCP, UDP and SCTP (`ANY` is all three), never ICMP. ICMP
+  matches a rule without L4 constraint, or one whose `icmps` list the flow's type
+  (`Flow.icmp_type`) in the flow's family; a flow without a type stands for a type no rule
+  names, so it matches only a rule that lists every type (0 to 255) of its family.
 
 Rejected with `NotModelledError`, so that no proof silently rests on a guess: `toServices`,
 `toGroups`, `toNodes`/`fromNodes`, `toRequires`/`fromRequires`, `authentication`, CIDR groups,
-named ports, unknown entities and selector operators. Not evaluated: L7 rules other than DNS
-(an HTTP rule counts as allowing the connection), Service port names, ICMP types, replies.
+named ports, ICMP type names, unknown entities and selector operators. Not evaluated: L7 rules
+other than DNS (an HTTP rule counts as allowing the connection), Service port names, ICMP codes,
+IP protocols other than TCP, UDP, SCTP and ICMP, replies.
 Policies with a `nodeSelector` (host policies) are skipped.
 """
 
@@ -95,6 +106,7 @@ class Flow:
     public address). `port=None` is a port no port-specific rule names. `dns_name` makes the
     flow a DNS query for that name (send it to a resolver on port 53). `dns_resolver` is where
     the source sends its lookups, for `toFQDNs`; None accepts any rule that inspects port 53.
+    `icmp_type` is the type of an ICMP flow; None is a type no ICMP rule names.
     """
 
     source: str
@@ -103,6 +115,7 @@ class Flow:
     protocol: IpProtocol = "TCP"
     dns_name: str | None = None
     dns_resolver: str | None = None
+    icmp_type: int | None = None
 
 
 @dataclass(frozen=True)
@@ -282,15 +295,26 @@ def _cidr_match(cidr: str, excepts: Iterable[str], ip: Address) -> bool:
     return not any(ip in ip_network(e, strict=False) for e in excepts)
 
 
+def _reserved_labels(at: _At) -> dict[str, str]:
+    # `all` and `cluster` are groups of identities, not labels any identity carries.
+    groups = {"all", "cluster"}
+    return {f"reserved:{e}": "" for e in at.peer.entities(at.here) if e not in groups}
+
+
 def _endpoint_peer(sel: Mapping[str, Any], at: _At) -> bool:
     keys = _selector_keys(sel)
     if any(k.startswith("reserved:") for k in keys):
         # Entities are selectors on reserved labels; honour them where written directly.
         return _selects(sel, {f"reserved:{e}": "" for e in at.peer.entities(at.here)})
+    scoped = at.spec.namespace is not None and NAMESPACE_LABEL not in keys
     pod = at.peer.pod
     if pod is None:
-        return False
-    scoped = at.spec.namespace is not None and NAMESPACE_LABEL not in keys
+        # The local-cluster term, or the namespace Cilium adds to a namespaced policy's
+        # selector, is a label no reserved identity has. Without either, the selector is
+        # matched against the reserved identity's own labels.
+        if scoped or at.ctx.env.policy_default_local_cluster:
+            return False
+        return _selects(sel, _reserved_labels(at))
     if scoped and pod.namespace != at.spec.namespace:
         return False
     return _selects(sel, at.ctx.env.endpoint_labels(pod))
@@ -390,15 +414,35 @@ def _port_match(entry: Mapping[str, Any], at: _At, *, default: str) -> bool:
     return flow.port is not None and port <= flow.port <= end
 
 
+_ICMP_TYPES: Final = frozenset(range(256))
+
+
+def _icmp_type(value: object, at: _At) -> int:
+    text = str(value)
+    if not text.isdigit():
+        raise NotModelledError(f"{at.where()}: ICMP type name {text!r}")
+    return int(text)
+
+
+def _icmp_match(icmps: Sequence[Mapping[str, Any]], at: _At) -> bool:
+    family = f"IPv{at.peer.ip.version}"
+    types = {
+        _icmp_type(f.get("type"), at)
+        for rule in icmps
+        for f in rule.get("fields") or []
+        if f.get("family", "IPv4") == family
+    }
+    wanted = at.ctx.flow.icmp_type
+    return types >= _ICMP_TYPES if wanted is None else wanted in types
+
+
 def _l4(at: _At) -> list[Mapping[str, Any]] | None:
     """The toPorts entries the flow matches ([] = no port constraint), or None."""
     ports, icmps = at.rule.body.get("toPorts"), at.rule.body.get("icmps")
     if not ports and not icmps:
         return []
     if at.ctx.flow.protocol == "ICMP":
-        family = f"IPv{at.peer.ip.version}"
-        fields = [f for i in icmps or [] for f in i.get("fields") or []]
-        return [{}] if any(f.get("family", "IPv4") == family for f in fields) else None
+        return [{}] if _icmp_match(icmps or [], at) else None
     matched = [
         entry
         for entry in ports or []

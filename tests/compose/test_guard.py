@@ -1,15 +1,18 @@
 from pathlib import Path
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
 from function.compose.guard import guard_policy
+from function.compose.names import EGRESS_LABEL, WORKSPACE_LABEL
 from function.compose.network_policy import egress_denies
 from function.main import cli
 from function.model import parse
 from function.model.platform import Preset
+from function.render import render
 from tests.schemas import validate
-from tests.support import COMPOSITION, PLATFORM, ROOT, platform, platform_input
+from tests.support import COMPOSITION, NOW, PLATFORM, ROOT, platform, platform_input, workspace
 
 DEPLOYED = ROOT / "deploy" / "cilium-guard.yaml"
 
@@ -54,3 +57,28 @@ def test_a_cluster_dns_preset_keeps_kube_dns_port_53_open_in_the_guard(tmp_path:
     path.write_text(yaml.safe_dump(composition))
     result = CliRunner().invoke(cli, ["policy", "guard", "--composition", str(path)])
     assert "kube-dns" in result.stdout
+
+
+@pytest.mark.parametrize("preset", ["standard", "kata", "gvisor"])
+@pytest.mark.parametrize("mode", ["Internet", "Allowlist", "None"])
+def test_every_sandbox_pod_carries_its_egress_mode_for_the_guard(preset: str, mode: str) -> None:
+    allow = [{"cidr": "151.101.0.0/16"}] if mode == "Allowlist" else []
+    spec = {"preset": preset, "network": {"egress": mode, "allow": allow}}
+    out = render(workspace(spec), PLATFORM, {}, NOW).resources
+    template = (
+        out["vm"]["spec"]["template"] if "vm" in out else out["sandbox"]["spec"]["podTemplate"]
+    )
+    labels = template["metadata"]["labels"]
+    assert labels == {WORKSPACE_LABEL: "alice-api", EGRESS_LABEL: mode}
+    # The policies and the Service still select the identity alone.
+    identity = {WORKSPACE_LABEL: "alice-api"}
+    assert out["cilium-policy"]["spec"]["endpointSelector"] == {"matchLabels": identity}
+    assert out["service"]["spec"]["selector"] == identity
+    (none,) = guard_policy(PLATFORM)["specs"]
+    selector = none["endpointSelector"]
+    selected = selector["matchLabels"].items() <= labels.items() and all(
+        e["key"] in labels for e in selector["matchExpressions"]
+    )
+    assert selected is (mode == "None")
+    assert none["egressDeny"] == [{"toEntities": ["all"]}]
+    assert none["enableDefaultDeny"] == {"egress": False, "ingress": False}

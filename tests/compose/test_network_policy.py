@@ -3,6 +3,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 
+from function.compose.guard import guard_policy
 from function.compose.network_policy import DENIED_ENTITIES, network_policies
 from function.model import parse
 from function.model.address import ip_text
@@ -170,11 +171,12 @@ def test_cluster_dns_preset_carves_kube_dns_port_53_out_of_the_endpoint_deny() -
     assert endpoints == [
         {
             "matchExpressions": [
+                {"key": "io.kubernetes.pod.namespace", "operator": "Exists"},
                 {
                     "key": "io.kubernetes.pod.namespace",
                     "operator": "NotIn",
                     "values": ["kube-system"],
-                }
+                },
             ]
         },
         {
@@ -256,3 +258,104 @@ def test_no_allow_rule_ever_names_a_denied_entity_or_endpoint(mode: str) -> None
     for rule in cilium({"network": {"egress": mode, "allow": allow}}, p=OPEN)["egress"]:
         assert "toEntities" not in rule
         assert "toEndpoints" not in rule
+
+
+NAMESPACE_KEYS = {
+    f"{source}io.kubernetes.pod.namespace" for source in ("", "k8s:", "any:", "unspec:")
+}
+PEER_FIELDS = ("endpointSelector", "toEndpoints", "fromEndpoints")
+
+
+def selectors(node: Any) -> list[dict[str, Any]]:
+    """Every endpoint selector in a policy (the subject's and the peers')."""
+    found: list[dict[str, Any]] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "endpointSelector":
+                found.append(value)
+            elif key in PEER_FIELDS:
+                found += value
+            else:
+                found += selectors(value)
+    elif isinstance(node, list):
+        for item in node:
+            found += selectors(item)
+    return found
+
+
+def unpaired(selector: dict[str, Any]) -> list[str]:
+    """NotIn/DoesNotExist on the namespace without Exists (or In) on it in the same selector."""
+    expressions = selector.get("matchExpressions") or []
+    present = {k for k in selector.get("matchLabels") or {} if k in NAMESPACE_KEYS} | {
+        e["key"] for e in expressions if e["operator"] in ("Exists", "In")
+    }
+    return [
+        f"{e['key']} {e['operator']}"
+        for e in expressions
+        if e["key"] in NAMESPACE_KEYS
+        and e["operator"] in ("NotIn", "DoesNotExist")
+        and not present & NAMESPACE_KEYS
+    ]
+
+
+def every_cilium_policy() -> list[Any]:
+    site = {**platform_input()["network"], "siteDenyCidrs": ["185.12.64.0/22"]}
+    dns_presets = {**platform_input()["presets"], "internal": {**STANDARD, "clusterDns": True}}
+    out: list[Any] = [
+        guard_policy(PLATFORM),
+        guard_policy(platform(presets=dns_presets, network=site)),
+    ]
+    modes = [
+        {},
+        {"network": {"egress": "None"}},
+        allowlist({"cidr": "151.101.0.0/16", "ports": [443]}),
+    ]
+    for preset in (PRESET, CLUSTER_DNS, PLATFORM.presets["kata"]):
+        for p in (PLATFORM, OPEN):
+            out += [policies(spec, preset, p)["cilium-policy"] for spec in modes]
+        out.append(policies(allowlist({"fqdn": "pypi.org"}), preset, OPEN)["cilium-policy"])
+    return out
+
+
+def test_no_selector_depends_on_the_local_cluster_default() -> None:
+    # Without Cilium's implicit local-cluster term a NotIn or DoesNotExist on the namespace
+    # also selects the node, world and the apiserver; Exists beside it keeps it to pods.
+    found = [s for p in every_cilium_policy() for s in selectors(p)]
+    negated = [
+        e
+        for s in found
+        for e in s.get("matchExpressions") or []
+        if unpaired({"matchExpressions": [e]})
+    ]
+    assert negated, "no NotIn on the namespace left to check"
+    assert [(s, why) for s in found if (why := unpaired(s))] == []
+
+
+@given(spec=specs)
+def test_no_selector_of_any_sandbox_depends_on_the_local_cluster_default(
+    spec: dict[str, Any],
+) -> None:
+    for preset in (PRESET, CLUSTER_DNS):
+        found = selectors(policies(spec, preset)["cilium-policy"])
+        assert [(s, why) for s in found if (why := unpaired(s))] == []
+
+
+@pytest.mark.parametrize(
+    "fqdn",
+    [
+        "pypi.org",
+        "*.pythonhosted.org",
+        "objects.githubusercontent.com",
+        "xn--80ak6aa92e.xn--p1ai",
+        "svc.example.com",
+        "api.svc.example.com",
+        "pod.example.com",
+        "kube-system.example.com",
+        "default.example.com",
+    ],
+)
+def test_public_names_stay_allowed(fqdn: str) -> None:
+    # Only cluster-shaped names are refused: a label svc or pod after the first two, or a last
+    # label that is no top-level domain (digits, dashes, or the namespace default).
+    out = cilium(allowlist({"fqdn": fqdn}), p=OPEN)
+    assert {"toFQDNs": [{"matchPattern" if "*" in fqdn else "matchName": fqdn}]} in out["egress"]

@@ -147,7 +147,8 @@ def test_the_workspace_claim_is_mounted_as_the_working_directory() -> None:
     assert container["workingDir"] == "/workspace"
     assert {"name": "workspace", "mountPath": "/workspace"} in container["volumeMounts"]
     assert spec["podTemplate"]["metadata"]["labels"] == {
-        "sandbox.cozystack.io/workspace": "alice-api"
+        "sandbox.cozystack.io/workspace": "alice-api",
+        "sandbox.cozystack.io/egress": "Internet",
     }
     assert spec["service"] is False
 

@@ -2,22 +2,36 @@
 
 Each table row is one flow and the verdict DESIGN.md section 6 demands. The same tables run
 against deliberately broken policies to show that the evaluator would catch each weakening.
+Every table runs under both values of Cilium's `policy-default-local-cluster`: the verdicts
+may not depend on it.
 """
 
 import copy
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from function.compose.guard import guard_policy
 from function.model.platform import SandboxPlatform
-from function.policy import Flow, cozystack_baseline, cozystack_environment, evaluate
+from function.policy import (
+    Environment,
+    Flow,
+    cozystack_baseline,
+    cozystack_environment,
+    evaluate,
+)
 from function.render import render
 from tests.strategies import KEYS
 from tests.support import NOW, PLATFORM, platform, platform_input, workspace
 
 ENV = cozystack_environment()
+# Cilium's policy-default-local-cluster: on (Helm's default from 1.19) and off (before).
+ENVS = {
+    "local-cluster-default": ENV,
+    "no-local-cluster-default": replace(ENV, policy_default_local_cluster=False),
+}
 NS = "tenant-acme"
 ALICE = {
     "ports": [{"name": "preview", "port": 3000}],
@@ -52,16 +66,50 @@ def world(
     return policies
 
 
-def verdict(flow: Flow, policies: Sequence[dict[str, Any]], enforcement: str = "cilium") -> bool:
-    return evaluate(flow, policies, ENV, enforcement=enforcement).allowed  # type: ignore[arg-type]
+def pod_labels(spec: dict[str, Any], p: SandboxPlatform = PLATFORM) -> dict[str, str]:
+    """The labels the render gives alice's pod: a VM's virt-launcher pod, or a Sandbox's."""
+    out = render(workspace(spec, "alice-api"), p, {}, NOW).resources
+    if "vm" in out:
+        labels = out["vm"]["spec"]["template"]["metadata"]["labels"]
+        return {**labels, "kubevirt.io": "virt-launcher"}
+    return dict(out["sandbox"]["spec"]["podTemplate"]["metadata"]["labels"])
+
+
+def labelled(
+    env: Environment,
+    spec: dict[str, Any],
+    alice: dict[str, Any] = ALICE,
+    p: SandboxPlatform = PLATFORM,
+) -> Environment:
+    """`env` with alice's pod carrying the labels her rendered sandbox gives it."""
+    labels = pod_labels(alice | spec, p)
+    return replace(
+        env,
+        workloads=tuple(
+            replace(w, labels=labels) if w.name == "alice-api" else w for w in env.workloads
+        ),
+    )
+
+
+@pytest.fixture(params=list(ENVS), ids=list(ENVS))
+def env(request: pytest.FixtureRequest) -> Environment:
+    return ENVS[request.param]
+
+
+def verdict(
+    flow: Flow, policies: Sequence[dict[str, Any]], env: Environment, enforcement: str = "cilium"
+) -> bool:
+    return evaluate(flow, policies, env, enforcement=enforcement).allowed  # type: ignore[arg-type]
 
 
 def out(dest: str, port: int | None = 443, protocol: str = "TCP") -> Flow:
     return Flow("alice-api", dest, port, protocol)  # type: ignore[arg-type]
 
 
-def into(source: str, port: int = 49983) -> Flow:
-    return Flow(source, "alice-api", port)
+def into(
+    source: str, port: int | None = 49983, protocol: str = "TCP", icmp_type: int | None = None
+) -> Flow:
+    return Flow(source, "alice-api", port, protocol, icmp_type=icmp_type)  # type: ignore[arg-type]
 
 
 PUBLIC = [
@@ -80,6 +128,8 @@ PUBLIC = [
     pytest.param(out("11.0.0.1"), True, id="just-above-10"),
     pytest.param(out("169.255.0.1"), True, id="just-above-link-local"),
     pytest.param(out("223.255.255.254"), True, id="just-below-multicast"),
+    pytest.param(out("151.101.0.223", None, "ICMP"), True, id="public-ping"),
+    pytest.param(out("151.101.0.223", 3478, "SCTP"), True, id="public-sctp"),
 ]
 
 DENIED_EGRESS = [
@@ -146,6 +196,11 @@ DENIED_EGRESS = [
     pytest.param(out("fec0::1"), False, id="site-local-v6"),
     pytest.param(out("ff02::1"), False, id="multicast-v6"),
     pytest.param(out("rebind.example.net"), False, id="dns-rebinding-to-private"),
+    pytest.param(out("10.0.0.5", None, "ICMP"), False, id="private-ping"),
+    pytest.param(out("169.254.169.254", None, "ICMP"), False, id="metadata-ping"),
+    pytest.param(out("192.168.100.11", None, "ICMP"), False, id="own-node-ping"),
+    pytest.param(out("10.244.1.22", None, "ICMP"), False, id="same-tenant-sandbox-ping"),
+    pytest.param(out("10.244.1.22", 3000, "SCTP"), False, id="same-tenant-sandbox-sctp"),
 ]
 
 INGRESS = [
@@ -153,6 +208,27 @@ INGRESS = [
     pytest.param(into("sandbox-gateway", 3000), True, id="from-gateway-declared-port"),
     pytest.param(into("sandbox-gateway", 22), True, id="from-gateway-ssh-with-keys"),
     pytest.param(into("sandbox-gateway", 8080), False, id="from-gateway-undeclared-port"),
+    # The agent and declared ports are open to the gateway over TCP only.
+    pytest.param(into("sandbox-gateway", 49983, "UDP"), False, id="from-gateway-agent-port-udp"),
+    pytest.param(into("sandbox-gateway", 49983, "SCTP"), False, id="from-gateway-agent-port-sctp"),
+    pytest.param(into("sandbox-gateway", 3000, "UDP"), False, id="from-gateway-declared-port-udp"),
+    pytest.param(into("sandbox-gateway", 22, "SCTP"), False, id="from-gateway-ssh-port-sctp"),
+    pytest.param(into("sandbox-gateway", 8080, "UDP"), False, id="from-gateway-other-port-udp"),
+    pytest.param(into("sandbox-gateway", None, "ICMP", 8), False, id="from-gateway-ping"),
+    pytest.param(into("sandbox-gateway", None, "ICMP", 13), False, id="from-gateway-timestamp"),
+    pytest.param(into("sandbox-gateway", None, "ICMP"), False, id="from-gateway-any-icmp-type"),
+    pytest.param(
+        Flow("sandbox-gateway", "fd00:10:244::21", None, "ICMP", icmp_type=128),
+        False,
+        id="from-gateway-ping-v6",
+    ),
+    pytest.param(
+        Flow("sandbox-gateway", "fd00:10:244::21", None, "ICMP"),
+        False,
+        id="from-gateway-any-icmpv6-type",
+    ),
+    pytest.param(into("mallory-shell", None, "ICMP", 8), False, id="from-other-tenant-ping"),
+    pytest.param(into("198.51.100.7", None, "ICMP", 8), False, id="from-world-ping"),
     pytest.param(into("gateway-debug"), False, id="from-gateway-namespace-without-label"),
     pytest.param(into("bob-frontend"), False, id="from-same-tenant-sandbox"),
     pytest.param(into("postgres-acme"), False, id="from-same-tenant-pod"),
@@ -168,6 +244,7 @@ INGRESS = [
 ]
 
 TABLE = PUBLIC + DENIED_EGRESS + INGRESS
+NONE = {"network": {"egress": "None"}}
 # The same flows for a sandbox running as a pod, given ALICE_POD: port 22 stays closed.
 POD_TABLE = [
     pytest.param(into("sandbox-gateway", 22), False, id="from-gateway-port-22-on-a-pod")
@@ -184,17 +261,41 @@ def test_the_tables_are_big_enough() -> None:
 
 @pytest.mark.parametrize("baseline", [True, False], ids=["cozystack-baseline", "bare-cluster"])
 @pytest.mark.parametrize(("flow", "allowed"), TABLE)
-def test_internet_mode_truth_table(flow: Flow, allowed: bool, baseline: bool) -> None:
-    v = evaluate(flow, world(baseline=baseline), ENV)
+def test_internet_mode_truth_table(
+    flow: Flow, allowed: bool, baseline: bool, env: Environment
+) -> None:
+    v = evaluate(flow, world(baseline=baseline), labelled(env, {}))
     assert v.allowed is allowed, v.reason
 
 
-def test_the_local_host_may_still_probe_the_sandbox() -> None:
+@pytest.mark.parametrize("baseline", [True, False], ids=["cozystack-baseline", "bare-cluster"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        pytest.param({}, id="internet"),
+        pytest.param({"network": {"egress": "None"}}, id="none"),
+        pytest.param({"preset": "kata"}, id="kata"),
+    ],
+)
+@pytest.mark.parametrize(
+    "flow",
+    [
+        pytest.param(into("192.168.100.11"), id="kubelet-probe"),
+        pytest.param(into("192.168.100.11", 10250), id="other-port"),
+        pytest.param(into("2a01:4f8:0:1::11"), id="public-v6-address"),
+        pytest.param(into("192.168.100.11", None, "ICMP", 8), id="ping"),
+    ],
+)
+def test_the_local_host_may_still_probe_the_sandbox(
+    flow: Flow, spec: dict[str, Any], baseline: bool, env: Environment
+) -> None:
     # Kubelet probes come from the node's own address; Cilium always allows that path.
-    assert verdict(into("192.168.100.11"), world(baseline=True))
+    alice = ALICE_POD if spec.get("preset") else ALICE
+    v = evaluate(flow, world(spec, baseline=baseline, alice=alice), env)
+    assert v.allowed, v.reason
 
 
-def test_without_the_guard_and_policies_the_baseline_alone_leaks() -> None:
+def test_without_the_guard_and_policies_the_baseline_alone_leaks(env: Environment) -> None:
     # Why the denies exist: the tenant baseline alone lets the sandbox reach all of these.
     baseline = cozystack_baseline(NS)
     for flow in (
@@ -202,8 +303,23 @@ def test_without_the_guard_and_policies_the_baseline_alone_leaks() -> None:
         out("10.0.0.5"),
         out("10.244.1.22", 3000),
         into("198.51.100.7"),
+        into("sandbox-gateway", 49983, "UDP"),
+        into("sandbox-gateway", None, "ICMP", 8),
     ):
-        assert verdict(flow, baseline), flow
+        assert verdict(flow, baseline, env), flow
+
+
+def test_icmp_from_the_gateway_is_denied_by_the_guard(env: Environment) -> None:
+    # Naming every ICMP type takes 512 fields: the guard carries them, each sandbox's own
+    # policy does not. UDP and SCTP are denied by both.
+    own = [p for p in world(baseline=True) if p["kind"] != "CiliumClusterwideNetworkPolicy"]
+    guard_alone = [guard_policy(PLATFORM), *cozystack_baseline(NS)]
+    ping = into("sandbox-gateway", None, "ICMP", 8)
+    assert verdict(ping, own, env)
+    assert not verdict(ping, guard_alone, env)
+    for flow in (into("sandbox-gateway", 49983, "UDP"), into("sandbox-gateway", 3000, "SCTP")):
+        assert not verdict(flow, own, env), flow
+        assert not verdict(flow, guard_alone, env), flow
 
 
 # A cluster without Cilium: only the NetworkPolicy counts, and ipBlock sees node addresses.
@@ -236,12 +352,12 @@ NODE_SITE = platform(
 )
 def test_plain_network_policy_truth_table(flow: Flow, allowed: bool) -> None:
     policies = rendered(ALICE, "alice-api", NODE_SITE)
-    assert verdict(flow, policies, "kubernetes") is allowed
+    assert verdict(flow, policies, ENV, "kubernetes") is allowed
 
 
 def test_node_public_addresses_need_the_site_list_without_cilium() -> None:
     # A NetworkPolicy has no notion of nodes: their public IPs are just public addresses.
-    assert verdict(out("185.12.64.12", 10250), rendered(ALICE, "alice-api"), "kubernetes")
+    assert verdict(out("185.12.64.12", 10250), rendered(ALICE, "alice-api"), ENV, "kubernetes")
 
 
 ALLOWLIST = {
@@ -273,8 +389,8 @@ ALLOWLIST = {
         pytest.param(into("mallory-shell"), False, id="other-tenant-ingress"),
     ],
 )
-def test_allowlist_truth_table(flow: Flow, allowed: bool, baseline: bool) -> None:
-    v = evaluate(flow, world(ALLOWLIST, baseline=baseline), ENV)
+def test_allowlist_truth_table(flow: Flow, allowed: bool, baseline: bool, env: Environment) -> None:
+    v = evaluate(flow, world(ALLOWLIST, baseline=baseline), labelled(env, ALLOWLIST))
     assert v.allowed is allowed, v.reason
 
 
@@ -341,9 +457,9 @@ def dns(name: str) -> Flow:
     ],
 )
 def test_allowlist_by_name_where_namespaces_do_not_allow_the_internet(
-    flow: Flow, allowed: bool
+    flow: Flow, allowed: bool, env: Environment
 ) -> None:
-    v = evaluate(flow, world(NAMES, baseline=False, p=OPEN), ENV)
+    v = evaluate(flow, world(NAMES, baseline=False, p=OPEN), labelled(env, NAMES, p=OPEN))
     assert v.allowed is allowed, v.reason
 
 
@@ -359,12 +475,51 @@ def test_allowlist_by_name_where_namespaces_do_not_allow_the_internet(
         pytest.param(out("10.244.1.22", 3000), id="other-sandbox"),
     ],
 )
-def test_none_mode_denies_all_egress(flow: Flow, baseline: bool) -> None:
-    assert not verdict(flow, world({"network": {"egress": "None"}}, baseline=baseline))
+def test_none_mode_denies_all_egress(flow: Flow, baseline: bool, env: Environment) -> None:
+    policies = world(NONE, baseline=baseline)
+    assert not verdict(flow, policies, labelled(env, NONE))
 
 
-def test_none_mode_keeps_the_gateway_path() -> None:
-    assert verdict(into("sandbox-gateway"), world({"network": {"egress": "None"}}, baseline=True))
+def test_none_mode_keeps_the_gateway_path(env: Environment) -> None:
+    policies = world(NONE, baseline=True)
+    assert verdict(into("sandbox-gateway"), policies, labelled(env, NONE))
+    assert verdict(into("192.168.100.11"), policies, labelled(env, NONE))
+
+
+# While only the guard covers a sandbox (before its own policy exists, or while it is deleted),
+# the guard denies what the sandbox's egress mode denies, as the pod's egress label tells it.
+GUARD_ALONE = [guard_policy(PLATFORM), *cozystack_baseline(NS), *cozystack_baseline("tenant-evil")]
+EGRESS_TABLE = [row for row in TABLE if row.values[0].source == "alice-api"]
+
+
+@pytest.mark.parametrize("alice", [ALICE, ALICE_POD | {"preset": "kata"}], ids=["vm", "kata"])
+def test_the_guard_alone_denies_a_none_sandbox_all_egress(
+    alice: dict[str, Any], env: Environment
+) -> None:
+    here = labelled(env, NONE, alice)
+    assert [str(r.id) for r in EGRESS_TABLE if verdict(r.values[0], GUARD_ALONE, here)] == []
+    assert verdict(into("sandbox-gateway"), GUARD_ALONE, here)
+
+
+@pytest.mark.parametrize(
+    "spec", [pytest.param({}, id="internet"), pytest.param(ALLOWLIST, id="allowlist")]
+)
+def test_the_guard_alone_gives_internet_and_allowlist_sandboxes_internet_mode_egress(
+    spec: dict[str, Any], env: Environment
+) -> None:
+    # The guard can't know an allow-list, and a deny of anything it may list would win over the
+    # sandbox's own allows for good: an Allowlist sandbox covered by the guard alone has the
+    # public internet (and nothing else) until its own policy applies.
+    assert wrong_rows(GUARD_ALONE, labelled(env, spec), EGRESS_TABLE) == []
+
+
+def test_a_pod_without_the_egress_label_gets_the_guards_internet_mode_denies(
+    env: Environment,
+) -> None:
+    # A pod started before its template carried the label (a VM keeps its pod's labels until
+    # its next start) is covered as an Internet sandbox by the guard, and by its own policy.
+    assert wrong_rows(GUARD_ALONE, env, EGRESS_TABLE) == []
+    assert not verdict(out("151.101.0.223"), world(NONE, baseline=True), env)
 
 
 CLUSTER_DNS = platform(
@@ -381,10 +536,16 @@ CLUSTER_DNS = platform(
         pytest.param(out("10.244.1.22", 53, "UDP"), False, id="other-pod-on-53"),
         pytest.param(out("10.244.1.61", 5432), False, id="platform-db"),
         pytest.param(out("151.101.0.223"), True, id="public"),
+        pytest.param(out("2a04:4e42::223"), True, id="public-v6"),
+        pytest.param(out("10.0.0.5"), False, id="private"),
+        pytest.param(into("192.168.100.11"), True, id="kubelet-probe"),
     ],
 )
-def test_a_cluster_dns_preset_opens_kube_dns_port_53_only(flow: Flow, allowed: bool) -> None:
-    assert verdict(flow, world(baseline=True, p=CLUSTER_DNS)) is allowed
+def test_a_cluster_dns_preset_opens_kube_dns_port_53_only(
+    flow: Flow, allowed: bool, env: Environment
+) -> None:
+    v = evaluate(flow, world(baseline=True, p=CLUSTER_DNS), env)
+    assert v.allowed is allowed, v.reason
 
 
 # --- The evaluator catches each weakening ------------------------------------------------
@@ -464,9 +625,9 @@ ALLOW_ALL = {
 }
 
 
-def wrong_rows(policies: Policies, table: list[Any] = TABLE) -> list[str]:
+def wrong_rows(policies: Policies, env: Environment, table: list[Any] = TABLE) -> list[str]:
     return [
-        str(p.id) for p in table if evaluate(p.values[0], policies, ENV).allowed is not p.values[1]
+        str(p.id) for p in table if evaluate(p.values[0], policies, env).allowed is not p.values[1]
     ]
 
 
@@ -482,18 +643,23 @@ def wrong_rows(policies: Policies, table: list[Any] = TABLE) -> list[str]:
         gateway_namespace_only,
     ],
 )
-def test_every_weakening_fails_the_truth_table(weaken: Callable[[Policies], None]) -> None:
+def test_every_weakening_fails_the_truth_table(
+    weaken: Callable[[Policies], None], env: Environment
+) -> None:
     policies = [*copy.deepcopy(world(baseline=True)), ALLOW_ALL]
     weaken(policies)
-    assert wrong_rows(policies), f"{weaken.__name__} went unnoticed"
+    assert wrong_rows(policies, env), f"{weaken.__name__} went unnoticed"
 
 
-def test_the_denies_hold_against_a_tenant_allow_of_everything() -> None:
-    assert wrong_rows([*world(baseline=True), ALLOW_ALL]) == []
+def test_the_denies_hold_against_a_tenant_allow_of_everything(env: Environment) -> None:
+    assert wrong_rows([*world(baseline=True), ALLOW_ALL], env) == []
 
 
 @pytest.mark.parametrize("preset", ["kata", "gvisor"])
 @pytest.mark.parametrize("baseline", [True, False], ids=["cozystack-baseline", "bare-cluster"])
-def test_kata_and_gvisor_sandboxes_pass_the_same_truth_table(preset: str, baseline: bool) -> None:
+def test_kata_and_gvisor_sandboxes_pass_the_same_truth_table(
+    preset: str, baseline: bool, env: Environment
+) -> None:
     policies = world({"preset": preset}, baseline=baseline, alice=ALICE_POD)
-    assert wrong_rows(policies, POD_TABLE) == []
+    here = labelled(env, {"preset": preset}, ALICE_POD)
+    assert wrong_rows(policies, here, POD_TABLE) == []

@@ -7,12 +7,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from function.policy import Flow, evaluate
-from tests.policy.test_isolation import ENV, world
+from tests.policy.test_isolation import ENV, ENVS, world
 from tests.strategies import allowlists, blocked_addresses, public_addresses, specs
 
 NODE_ADDRESSES = {ip_address(ip) for node in ENV.nodes for ip in node.ips}
 ports = st.integers(1, 65535)
-protocols = st.sampled_from(["TCP", "UDP"])
+protocols = st.sampled_from(["TCP", "UDP", "SCTP", "ICMP"])
 networks = st.sampled_from(
     [{"egress": "Internet"}, {"egress": "None"}, {"egress": "Allowlist", "allow": []}]
 )
@@ -25,8 +25,9 @@ def test_every_blocked_address_is_denied_whatever_the_spec(
 ) -> None:
     policies = world({**spec, "network": network}, baseline=True)
     flow = Flow("alice-api", address, port, protocol)  # type: ignore[arg-type]
-    v = evaluate(flow, policies, ENV)
-    assert not v.allowed, v.reason
+    for env in ENVS.values():
+        v = evaluate(flow, policies, env)
+        assert not v.allowed, v.reason
 
 
 @settings(max_examples=150, deadline=None)
@@ -36,10 +37,12 @@ def test_public_addresses_are_reachable_in_internet_mode(
 ) -> None:
     if ip_address(address) in NODE_ADDRESSES:
         return  # a node's public address is a node first, and denied as one
+    flow = Flow("alice-api", address, port, protocol)  # type: ignore[arg-type]
     for baseline in (True, False):
         policies = world({**spec, "network": {"egress": "Internet"}}, baseline=baseline)
-        v = evaluate(Flow("alice-api", address, port, protocol), policies, ENV)  # type: ignore[arg-type]
-        assert v.allowed, v.reason
+        for env in ENVS.values():
+            v = evaluate(flow, policies, env)
+            assert v.allowed, v.reason
 
 
 @settings(max_examples=150, deadline=None)
@@ -56,8 +59,10 @@ def test_allowlist_mode_allows_exactly_the_listed_addresses_and_ports(
     ]
     spec = {"network": {"egress": "Allowlist", "allow": allow}}
     for baseline in (True, False):
-        v = evaluate(Flow("alice-api", address, port), world(spec, baseline=baseline), ENV)
-        assert v.allowed is bool(listed), v.reason
+        policies = world(spec, baseline=baseline)
+        for env in ENVS.values():
+            v = evaluate(Flow("alice-api", address, port), policies, env)
+            assert v.allowed is bool(listed), v.reason
 
 
 @settings(max_examples=60, deadline=None)
@@ -71,5 +76,6 @@ def test_allowlist_mode_allows_an_address_inside_each_entry(allow: list[dict[str
         if ip_address(inside) in NODE_ADDRESSES:
             continue
         port = entry.get("ports", [443])[0]
-        v = evaluate(Flow("alice-api", inside, port), policies, ENV)
-        assert v.allowed, v.reason
+        for env in ENVS.values():
+            v = evaluate(Flow("alice-api", inside, port), policies, env)
+            assert v.allowed, v.reason

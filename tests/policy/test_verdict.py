@@ -92,6 +92,15 @@ SEE_ALL_DNS = alice(
 )
 
 
+ALL_CLUSTERS = replace(ENV, policy_default_local_cluster=False)
+NOT_GW = {"key": NS, "operator": "NotIn", "values": ["cozy-sandbox-gateway"]}
+NOT_GATEWAY = [{"fromEndpoints": [{"matchExpressions": [NOT_GW]}]}]
+IN_CLUSTER = [{"key": NS, "operator": "Exists"}]
+NOT_SYSTEM = {"key": NS, "operator": "NotIn", "values": ["kube-system"]}
+NO_NAMESPACE = {"key": NS, "operator": "DoesNotExist"}
+NOT_SHELL = {"key": "app", "operator": "NotIn", "values": ["shell"]}
+
+
 @dataclass(frozen=True)
 class Case:
     flow: Flow
@@ -770,11 +779,89 @@ CASES = [
     ),
     pytest.param(
         Case(
-            flow("alice-api", "pypi.org", None, protocol="ICMP"),
+            flow("alice-api", "pypi.org", None, protocol="ICMP", icmp_type=8),
             [alice(egress=[{"toEntities": ["world"], "icmps": [{"fields": [{"type": 8}]}]}])],
             ALLOWED,
         ),
-        id="icmps-rule-matches-icmp",
+        id="icmps-rule-matches-its-icmp-type",
+    ),
+    pytest.param(
+        Case(
+            flow("alice-api", "pypi.org", None, protocol="ICMP", icmp_type=13),
+            [alice(egress=[{"toEntities": ["world"], "icmps": [{"fields": [{"type": 8}]}]}])],
+            DENIED,
+        ),
+        id="icmps-rule-skips-other-icmp-types",
+    ),
+    pytest.param(
+        Case(
+            flow("alice-api", "2a04:4e42::223", None, protocol="ICMP", icmp_type=8),
+            [alice(egress=[{"toEntities": ["world"], "icmps": [{"fields": [{"type": 8}]}]}])],
+            DENIED,
+        ),
+        id="icmps-family-defaults-to-ipv4",
+    ),
+    pytest.param(
+        Case(
+            flow("alice-api", "pypi.org", None, protocol="ICMP"),
+            [alice(egress=[{"toEntities": ["world"], "icmps": [{"fields": [{"type": 8}]}]}])],
+            DENIED,
+        ),
+        id="an-icmp-flow-without-type-is-one-no-rule-names",
+    ),
+    pytest.param(
+        Case(
+            flow("alice-api", "151.101.0.223", None, protocol="ICMP"),
+            [
+                WORLD,
+                alice(
+                    egressDeny=[
+                        {
+                            "toEntities": ["world"],
+                            "icmps": [
+                                {"fields": [{"type": t} for t in range(i, min(i + 40, 256))]}
+                                for i in range(0, 256, 40)
+                            ],
+                        }
+                    ]
+                ),
+            ],
+            DENIED,
+            "egressDeny[0]",
+        ),
+        id="a-deny-of-every-icmp-type-denies-any-type",
+    ),
+    pytest.param(
+        Case(
+            flow("alice-api", "151.101.0.223", None, protocol="ICMP"),
+            [
+                WORLD,
+                alice(
+                    egressDeny=[
+                        {
+                            "toEntities": ["world"],
+                            "icmps": [
+                                {"fields": [{"type": t, "family": "IPv6"} for t in range(40)]}
+                                for _ in range(7)
+                            ],
+                        }
+                    ]
+                ),
+            ],
+            ALLOWED,
+        ),
+        id="an-icmp-deny-of-the-other-family-does-not-deny",
+    ),
+    pytest.param(
+        Case(
+            flow("alice-api", "pypi.org", 3478, protocol="SCTP"),
+            [
+                WORLD,
+                alice(egressDeny=[{"toEntities": ["world"], "toPorts": ports({"port": "3478"})}]),
+            ],
+            DENIED,
+        ),
+        id="a-port-without-protocol-is-any-transport-sctp-too",
     ),
     pytest.param(
         Case(
@@ -784,6 +871,93 @@ CASES = [
             "CiliumNetworkPolicy tenant-acme/multi specs[1].egressDeny[0]",
         ),
         id="each-of-specs-selects-on-its-own",
+    ),
+    # --- Cilium's policy-default-local-cluster ------------------------------------------------
+    pytest.param(
+        Case(flow("192.168.100.11", "alice-api", 49983), [alice(ingressDeny=NOT_GATEWAY)], ALLOWED),
+        id="notin-on-the-namespace-selects-pods-only-with-the-local-cluster-default",
+    ),
+    pytest.param(
+        Case(
+            flow("192.168.100.11", "alice-api", 49983),
+            [alice(ingressDeny=NOT_GATEWAY)],
+            DENIED,
+            "ingressDeny[0] matches 192.168.100.11 (node node-1) (fromEndpoints "
+            "{io.kubernetes.pod.namespace NotIn (cozy-sandbox-gateway)})",
+            env=ALL_CLUSTERS,
+        ),
+        id="notin-on-the-namespace-selects-the-node-without-the-local-cluster-default",
+    ),
+    pytest.param(
+        Case(
+            flow("192.168.100.11", "alice-api", 49983),
+            [alice(ingressDeny=[{"fromEndpoints": [{"matchExpressions": [*IN_CLUSTER, NOT_GW]}]}])],
+            ALLOWED,
+            env=ALL_CLUSTERS,
+        ),
+        id="exists-beside-notin-keeps-the-node-out-without-the-local-cluster-default",
+    ),
+    pytest.param(
+        Case(
+            flow("alice-api", "151.101.0.223"),
+            [WORLD, alice(egressDeny=[{"toEndpoints": [{"matchExpressions": [NOT_SYSTEM]}]}])],
+            DENIED,
+            env=ALL_CLUSTERS,
+        ),
+        id="notin-on-the-namespace-selects-world-without-the-local-cluster-default",
+    ),
+    pytest.param(
+        Case(
+            flow("alice-api", "151.101.0.223"),
+            [WORLD, alice(egressDeny=[{"toEndpoints": [{"matchExpressions": [NOT_SYSTEM]}]}])],
+            ALLOWED,
+        ),
+        id="notin-on-the-namespace-leaves-world-alone-with-the-local-cluster-default",
+    ),
+    pytest.param(
+        Case(
+            flow("alice-api", "192.168.100.12", 22),
+            [
+                cnp("all", {"endpointSelector": {}, "egress": [{}]}),
+                ccnp(
+                    "guard",
+                    {
+                        "endpointSelector": ALICE,
+                        "egressDeny": [{"toEndpoints": [{"matchExpressions": [NO_NAMESPACE]}]}],
+                    },
+                ),
+            ],
+            DENIED,
+            env=ALL_CLUSTERS,
+        ),
+        id="doesnotexist-selects-a-remote-node-without-the-local-cluster-default",
+    ),
+    pytest.param(
+        Case(
+            flow("alice-api", "151.101.0.223"),
+            [WORLD, alice(egressDeny=[{"toEndpoints": [{"matchExpressions": [NOT_SHELL]}]}])],
+            ALLOWED,
+            env=ALL_CLUSTERS,
+        ),
+        id="a-namespaced-selector-without-the-namespace-key-never-selects-world",
+    ),
+    pytest.param(
+        Case(
+            flow("alice-api", "151.101.0.223"),
+            [
+                WORLD,
+                ccnp(
+                    "guard",
+                    {
+                        "endpointSelector": ALICE,
+                        "egressDeny": [{"toEndpoints": [{"matchExpressions": [NOT_SHELL]}]}],
+                    },
+                ),
+            ],
+            DENIED,
+            env=ALL_CLUSTERS,
+        ),
+        id="a-clusterwide-notin-selects-world-without-the-local-cluster-default",
     ),
     # --- services and names ----------------------------------------------------------------
     pytest.param(
@@ -1564,3 +1738,10 @@ def test_a_service_without_selector_uses_its_endpoints() -> None:
     verdict = evaluate(flow("alice-api", "10.96.7.7", 5432), policies, env)
     assert verdict.allowed
     assert verdict.reason.endswith("[10.96.7.7 -> 203.0.113.50:15432]")
+
+
+def test_icmp_type_names_are_refused_not_guessed() -> None:
+    rule = {"toEntities": ["world"], "icmps": [{"fields": [{"type": "EchoRequest"}]}]}
+    icmp = flow("alice-api", "151.101.0.223", None, protocol="ICMP", icmp_type=8)
+    with pytest.raises(NotModelledError, match="ICMP type name 'EchoRequest'"):
+        evaluate(icmp, [alice(egress=[rule])], ENV)
