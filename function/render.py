@@ -16,7 +16,7 @@ from function.compose.lifetime import DEFAULT_TTL_SECONDS, Lifetime, lifetime
 from function.compose.network_policy import network_policies
 from function.compose.observed import dig
 from function.compose.readiness import is_ready, readiness
-from function.compose.restore import restore
+from function.compose.restore import UNFETCHED, restore
 from function.compose.sandbox import sandbox, settle_claims
 from function.compose.service import service
 from function.compose.service_account import service_account
@@ -49,6 +49,8 @@ class Rendered:
     """Resources Crossplane should fetch for the next call: name -> apiVersion, kind, name, ns."""
     ttl_seconds: int = DEFAULT_TTL_SECONDS
     """How long Crossplane may wait before calling again; shorter before a suspend deadline."""
+    unfetched: str = ""
+    """The warning for a Crossplane that can't fetch `requirements`: what they are for."""
 
 
 def _lives_on(observed: Observed) -> str | None:
@@ -161,7 +163,8 @@ def render(
     judged = workspace_status(
         ws, preset_name, preset, resources, observed, expired=life.expired, restoring=source.waiting
     )
-    return _rendered(resources, observed, judged, warnings, source.requirements, life)
+    rendered = _rendered(resources, observed, judged, warnings, source.requirements, life)
+    return replace(rendered, unfetched=UNFETCHED) if source.requirements else rendered
 
 
 def _render_in_plane(
@@ -211,7 +214,8 @@ def _render_in_plane(
         plane_waiting=target.waiting,
         placing=placing,
     )
-    return _rendered(resources, observed, judged, warnings, target.requirements, life)
+    rendered = _rendered(resources, observed, judged, warnings, target.requirements, life)
+    return replace(rendered, unfetched=target.unfetched())
 
 
 def _rendered(  # noqa: PLR0917  # the parts of one answer

@@ -828,6 +828,41 @@ async def test_the_edge_renders_a_placed_sandbox_as_the_core_does(p: Placement) 
     assert {k: v.ready == fnv1.READY_TRUE for k, v in rsp.desired.resources.items()} == out.ready
 
 
+UNFETCHED = {
+    "shared": (
+        "spec.preset: this Crossplane doesn't fetch required resources, so ComputePlane "
+        "'computeplane' and Secret 'computeplane-cluster-admin-kubeconfig' can't be looked "
+        "up; the sandbox can't be placed into ComputePlane 'computeplane' until they can"
+    ),
+    "dedicated": (
+        "spec.preset: this Crossplane doesn't fetch required resources, so Secret "
+        "'alice-api-plane-cluster-admin-kubeconfig' can't be looked up; the sandbox can't be "
+        "placed into ComputePlane 'alice-api-plane' until it can"
+    ),
+}
+
+
+@pytest.mark.parametrize("p", BOTH)
+async def test_a_crossplane_without_required_resources_is_told_what_the_plane_needs(
+    p: Placement,
+) -> None:
+    """The warning names what was required: the plane and its Secret, not a restore."""
+    world, _ = plane_world(p)
+    composite = {
+        "apiVersion": "sandbox.cozystack.io/v1alpha1",
+        "kind": "WorkspaceSandbox",
+        "metadata": {"name": "alice-api", "namespace": NAMESPACE},
+        "spec": {"image": "ubuntu-24.04", "preset": p.preset},
+    }
+    req = request(composite, world)
+    req.meta.capabilities.extend([fnv1.CAPABILITY_CAPABILITIES, fnv1.CAPABILITY_CONDITIONS])
+    rsp = await FunctionRunner(clock=lambda: NOW).RunFunction(req, None)
+    unsupported = [r for r in rsp.results if r.reason == "RequiredResourcesUnsupported"]
+    assert [(r.severity, r.message) for r in unsupported] == [
+        (fnv1.SEVERITY_WARNING, UNFETCHED["dedicated" if p.dedicated else "shared"])
+    ]
+
+
 RESTORE_REFUSED = (
     "spec.restoreFrom: preset {preset!r} places each sandbox in its own namespace of a "
     "ComputePlane, and a claim can only be restored from a snapshot in its own namespace; "

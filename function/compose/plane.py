@@ -85,6 +85,17 @@ class Plane:
     waiting: str | None = None
     """Why nothing can be placed into the plane yet."""
 
+    def unfetched(self) -> str:
+        """What to say when Crossplane can't fetch the requirements: what they are."""
+        asked = [self.requirements[k] for k in sorted(self.requirements)]
+        things = " and ".join(f"{a['kind']} {a['name']!r}" for a in asked)
+        pronoun = "they" if len(asked) > 1 else "it"
+        return (
+            f"spec.preset: this Crossplane doesn't fetch required resources, so {things} "
+            f"can't be looked up; the sandbox can't be placed into ComputePlane {self.name!r} "
+            f"until {pronoun} can"
+        )
+
 
 def _options(preset: Preset) -> ComputePlaneOptions:
     options = preset.compute_plane
