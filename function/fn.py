@@ -187,6 +187,14 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
                     reason="RequiredResourcesUnsupported",
                 )
             )
+        if (unstated := platform.network.unstated_warning) is not None:
+            rsp.results.append(
+                fnv1.Result(
+                    severity=fnv1.SEVERITY_WARNING,
+                    message=unstated,
+                    reason="SiteAddressesNotStated",
+                )
+            )
         return rsp
 
 
