@@ -15,6 +15,7 @@ from function.compose.kubernetes_object import unwrap
 from function.compose.lifetime import DEFAULT_TTL_SECONDS, Lifetime, lifetime
 from function.compose.network_policy import network_policies
 from function.compose.observed import dig
+from function.compose.plane_guards import WORKERS_KEY
 from function.compose.readiness import is_ready, readiness
 from function.compose.restore import UNFETCHED, restore
 from function.compose.sandbox import sandbox, settle_claims
@@ -183,7 +184,7 @@ def _render_in_plane(
     inside = unwrap(observed)
     sized = size(ws, preset_name, preset, image)
     warnings = resize_warnings(ws, sized, inside, platform)
-    resources = dict(target.resources)
+    resources = {**target.resources, **plane.host_guards(ws, preset, platform, target.name)}
     inner: dict[str, Manifest] = {}
     placing = None
     if target.waiting is None or plane.placed(observed):
@@ -194,14 +195,17 @@ def _render_in_plane(
             platform=platform,
             image=image,
             size=sized,
-            inside=inside,
+            observed=inside,
         )
         ready = {k: is_ready(OBJECT, observed.get(k)) for k in parts}
+        # The workers' policy is composed directly; placing waits until it exists.
+        ready |= {k: k in observed for k in resources if k == WORKERS_KEY}
         resources |= plane.place(
             ws, preset=preset, plane=target.name, inner=parts, observed=observed, ready=ready
         )
         inner = {k: parts[k] for k in parts if k in resources}
         placing = plane.placing(target.name, resources, observed, ready)
+    resources |= plane.ordering(ws, preset, resources)
     judged = workspace_status(
         ws,
         preset_name,
