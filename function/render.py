@@ -195,7 +195,7 @@ def _render_in_plane(
             platform=platform,
             image=image,
             size=sized,
-            observed=inside,
+            inside=inside,
         )
         ready = {k: is_ready(OBJECT, observed.get(k)) for k in parts}
         # The workers' policy is composed directly; placing waits until it exists.

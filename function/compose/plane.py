@@ -10,8 +10,9 @@ it. The function itself only asks Crossplane whether that Secret exists (by name
 reads its data.
 
 Work is placed in stages, each once the previous one is observed ready: the sandbox's namespace
-(Pod Security "restricted"); then its quota, limits, ServiceAccount, network policies, Service
-and workspace claim; then the workload and its snapshots. So the pod never runs before the
+(Pod Security "restricted"), the plane guard and the policy on the plane's workers
+(`plane_guards`); then its quota, limits, ServiceAccount, network policies, Service and
+workspace claim; then the workload and its snapshots. So the pod never runs before the
 policies that isolate it exist. Once anything is placed, everything stays in the desired state
 whatever the plane reports, so a plane that is briefly unready never makes Crossplane delete a
 workspace.
@@ -313,28 +314,25 @@ def workload(
     platform: SandboxPlatform,
     image: Image,
     size: Size,
-    observed: Observed,
+    inside: Observed,
 ) -> dict[str, Manifest]:
-    """Everything placed inside the plane, unwrapped, keyed like the resources they become.
-
-    `observed` is what the plane holds: the Objects' wrapped objects as observed there.
-    """
+    """Everything placed inside the plane, unwrapped, keyed like the resources they become."""
     pod = (sandbox if _options(preset).agent_sandbox else statefulset.statefulset)(
         ws, preset, platform, image, size
     )
-    inside = _inside_platform(platform)
-    guard = {GUARD_KEY: plane_guard(inside)} if platform.network.cilium else {}
+    in_plane = _inside_platform(platform)
+    guard = {GUARD_KEY: plane_guard(in_plane)} if platform.network.cilium else {}
     return {
         NAMESPACE_KEY: _namespace(ws),
         **guard,
         QUOTA_KEY: _quota(ws, preset, size),
         LIMITS_KEY: _limits(ws, preset, size),
         **service_account(ws),
-        **network_policies(ws, preset, inside),
+        **network_policies(ws, preset, in_plane),
         **service(ws, preset, platform),
-        workspace_claim.KEY: workspace_claim.claim(ws, preset, size, observed),
+        workspace_claim.KEY: workspace_claim.claim(ws, preset, size, inside),
         **_short_grace(pod),
-        **snapshots.volume_snapshots(ws, preset_name, preset, observed),
+        **snapshots.volume_snapshots(ws, preset_name, preset, inside),
     }
 
 
