@@ -27,6 +27,7 @@ from function.policy import (
 from function.wire import to_dict
 
 POLICY_KINDS = ("CiliumNetworkPolicy", "NetworkPolicy")
+CLUSTERWIDE = "CiliumClusterwideNetworkPolicy"
 # Where the sandbox's pod sits in the modelled cluster, and another sandbox beside it.
 SANDBOX_IPS = ("10.244.0.99", "fd00:10:244::99")
 NEIGHBOUR_IPS = ("10.244.1.98", "fd00:10:244:1::98")
@@ -86,9 +87,10 @@ def audit(
     plane = dig(plain(to_dict(rsp.desired.composite.resource)), "status", "computePlane")
     notes = []
     if plane is not None:
-        # Inside a ComputePlane: the Objects' manifests, in the sandbox's own namespace there,
-        # with neither the host's guard nor a tenant baseline.
-        desired = {k: _carried(m) for k, m in desired.items()}
+        # Inside a ComputePlane: what the Objects carry (the plane's guard among it), in the
+        # sandbox's own namespace there, with neither the host's guard nor a tenant baseline.
+        # What is composed on the host (the policy on the plane's workers) is not in the plane.
+        desired = {k: _carried(m) for k, m in desired.items() if m.get("kind") == "Object"}
         namespace = plane_namespace_of(desired, namespace)
         baseline = False
         notes.append(f"inside ComputePlane {plane!r}, namespace {namespace!r}: no tenant baseline")
@@ -96,10 +98,10 @@ def audit(
         {**m, "metadata": {**m["metadata"], "namespace": namespace}}
         for m in desired.values()
         if m.get("kind") in POLICY_KINDS
-    ]
+    ] + [m for m in desired.values() if m.get("kind") == CLUSTERWIDE]
     if plane is None:
         policies.append(guard_policy(platform))
-    elif not policies:
+    elif not any(m["kind"] in POLICY_KINDS for m in policies):
         why = f"nothing is placed in ComputePlane {plane!r} yet; give --observed and --required"
         raise LookupError(why)
     if baseline:

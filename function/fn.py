@@ -183,9 +183,16 @@ class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):
             rsp.results.append(
                 fnv1.Result(
                     severity=fnv1.SEVERITY_WARNING,
-                    message="spec.restoreFrom: this Crossplane doesn't fetch required resources, "
-                    "so the snapshot to restore can't be looked up; the disk waits",
+                    message=out.unfetched,
                     reason="RequiredResourcesUnsupported",
+                )
+            )
+        if (unstated := platform.network.unstated_warning) is not None:
+            rsp.results.append(
+                fnv1.Result(
+                    severity=fnv1.SEVERITY_WARNING,
+                    message=unstated,
+                    reason="SiteAddressesNotStated",
                 )
             )
         return rsp

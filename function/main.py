@@ -17,6 +17,7 @@ from function.errors import FieldError
 from function.explain import audit, flows
 from function.explain import explain as explain_flows
 from function.fn import FunctionRunner
+from function.model.platform import SandboxPlatform
 from function.wire import to_dict
 
 Command = TypeVar("Command", bound=Callable[..., Any])
@@ -238,9 +239,16 @@ def guard(composition: Path) -> None:
     """Print the CiliumClusterwideNetworkPolicy that guards every sandbox pod."""
     try:
         click.echo(offline.guard(composition), nl=False)
+        _warn_unstated(offline.platform(composition))
     except (offline.InputError, FieldError) as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
+
+
+def _warn_unstated(platform: SandboxPlatform) -> None:
+    """What the function warns every WorkspaceSandbox of, on stderr for the platform engineer."""
+    if (unstated := platform.network.unstated_warning) is not None:
+        click.echo(f"warning: {unstated}", err=True)
 
 
 @policy.command()
@@ -299,3 +307,4 @@ def explain(  # noqa: PLR0917  # click passes every option by keyword
     except (LookupError, ValueError) as err:
         click.echo(f"error: {err}", err=True)
         sys.exit(2)
+    _warn_unstated(platform)

@@ -15,8 +15,9 @@ from function.compose.kubernetes_object import unwrap
 from function.compose.lifetime import DEFAULT_TTL_SECONDS, Lifetime, lifetime
 from function.compose.network_policy import network_policies
 from function.compose.observed import dig
+from function.compose.plane_guards import WORKERS_KEY
 from function.compose.readiness import is_ready, readiness
-from function.compose.restore import restore
+from function.compose.restore import UNFETCHED, restore
 from function.compose.sandbox import sandbox, settle_claims
 from function.compose.service import service
 from function.compose.service_account import service_account
@@ -49,6 +50,8 @@ class Rendered:
     """Resources Crossplane should fetch for the next call: name -> apiVersion, kind, name, ns."""
     ttl_seconds: int = DEFAULT_TTL_SECONDS
     """How long Crossplane may wait before calling again; shorter before a suspend deadline."""
+    unfetched: str = ""
+    """The warning for a Crossplane that can't fetch `requirements`: what they are for."""
 
 
 def _lives_on(observed: Observed) -> str | None:
@@ -161,7 +164,8 @@ def render(
     judged = workspace_status(
         ws, preset_name, preset, resources, observed, expired=life.expired, restoring=source.waiting
     )
-    return _rendered(resources, observed, judged, warnings, source.requirements, life)
+    rendered = _rendered(resources, observed, judged, warnings, source.requirements, life)
+    return replace(rendered, unfetched=UNFETCHED) if source.requirements else rendered
 
 
 def _render_in_plane(
@@ -180,7 +184,7 @@ def _render_in_plane(
     inside = unwrap(observed)
     sized = size(ws, preset_name, preset, image)
     warnings = resize_warnings(ws, sized, inside, platform)
-    resources = dict(target.resources)
+    resources = {**target.resources, **plane.host_guards(ws, preset, platform, target.name)}
     inner: dict[str, Manifest] = {}
     placing = None
     if target.waiting is None or plane.placed(observed):
@@ -194,11 +198,14 @@ def _render_in_plane(
             inside=inside,
         )
         ready = {k: is_ready(OBJECT, observed.get(k)) for k in parts}
+        # The workers' policy is composed directly; placing waits until it exists.
+        ready |= {k: k in observed for k in resources if k == WORKERS_KEY}
         resources |= plane.place(
             ws, preset=preset, plane=target.name, inner=parts, observed=observed, ready=ready
         )
         inner = {k: parts[k] for k in parts if k in resources}
         placing = plane.placing(target.name, resources, observed, ready)
+    resources |= plane.ordering(ws, preset, resources)
     judged = workspace_status(
         ws,
         preset_name,
@@ -211,7 +218,8 @@ def _render_in_plane(
         plane_waiting=target.waiting,
         placing=placing,
     )
-    return _rendered(resources, observed, judged, warnings, target.requirements, life)
+    rendered = _rendered(resources, observed, judged, warnings, target.requirements, life)
+    return replace(rendered, unfetched=target.unfetched())
 
 
 def _rendered(  # noqa: PLR0917  # the parts of one answer

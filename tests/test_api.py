@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
-from ipaddress import IPv4Address, IPv4Network
+from ipaddress import IPv4Address, IPv4Network, IPv6Network
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -256,6 +256,7 @@ _TYPES: list[tuple[Any, Mapping[str, Any]]] = [
     (datetime, {"type": "string", "format": "date-time"}),
     (timedelta, {"type": "string"}),
     (IPv4Network, {"type": "string", "format": "cidr"}),
+    (IPv6Network, {"type": "string", "format": "cidr"}),
     (IPv4Address, {"type": "string"}),
 ]
 

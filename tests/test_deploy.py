@@ -44,6 +44,7 @@ PLURALS = {
     ("apps.cozystack.io", "ComputePlane"): "computeplanes",
     ("kubernetes.m.crossplane.io", "Object"): "objects",
     ("kubernetes.m.crossplane.io", "ProviderConfig"): "providerconfigs",
+    ("protection.crossplane.io", "Usage"): "usages",
 }
 
 

@@ -22,6 +22,7 @@ from tests.support import (
     observed_of,
     platform_input,
     request,
+    results,
     xr,
 )
 
@@ -36,7 +37,7 @@ def desired(rsp: fnv1.RunFunctionResponse) -> dict[str, dict[str, Any]]:
 
 async def test_new_sandbox_renders_disk_vm_and_service_none_ready() -> None:
     rsp = await run(request(xr()))
-    assert not rsp.results
+    assert not results(rsp)
     assert sorted(rsp.desired.resources) == [
         "cilium-policy",
         "network-policy",
@@ -80,7 +81,7 @@ async def test_suspended_sandbox_is_not_ready_and_says_suspended() -> None:
 async def test_spec_crossplane_is_not_tenant_input() -> None:
     crossplane = {"compositionRef": {"name": "workspacesandbox"}, "resourceRefs": []}
     plain, annotated = await run(request(xr())), await run(request(xr({"crossplane": crossplane})))
-    assert not annotated.results
+    assert not results(annotated)
     assert desired(plain) == desired(annotated)
 
 
@@ -147,7 +148,7 @@ async def test_missing_input_is_a_fatal_result_for_the_platform() -> None:
     req = request(xr())
     req.ClearField("input")
     rsp = await run(req)
-    assert [(r.severity, r.message, r.reason) for r in rsp.results] == [
+    assert [(r.severity, r.message, r.reason) for r in results(rsp)] == [
         (
             fnv1.SEVERITY_FATAL,
             "input: the Composition step has no SandboxPlatform input",
@@ -167,7 +168,7 @@ _DATA_VOLUME = {
 
 async def test_growing_a_vm_disk_patches_its_claim_through_provider_kubernetes() -> None:
     rsp = await run(request(xr({"resources": {"disk": "40Gi"}}), _DATA_VOLUME))
-    assert list(rsp.results) == []
+    assert results(rsp) == []
     out = desired(rsp)
     # The DataVolume can't change; its PVC (of the same name) is raised instead.
     assert out["workspace-volume"]["spec"]["storage"]["resources"]["requests"] == {
@@ -205,7 +206,7 @@ async def test_growing_a_vm_disk_patches_its_claim_through_provider_kubernetes()
 async def test_growing_a_vm_disk_without_disk_expansion_warns_instead_of_failing() -> None:
     step_input = {k: v for k, v in platform_input().items() if k != "diskExpansion"}
     rsp = await run(request(xr({"resources": {"disk": "40Gi"}}), _DATA_VOLUME, step_input))
-    assert [(r.severity, r.message, r.reason) for r in rsp.results] == [
+    assert [(r.severity, r.message, r.reason) for r in results(rsp)] == [
         (
             fnv1.SEVERITY_WARNING,
             (
@@ -240,7 +241,7 @@ async def test_shrinking_an_existing_disk_is_refused(disk: str) -> None:
         "workspace-volume": {"spec": {"storage": {"resources": {"requests": {"storage": "20Gi"}}}}}
     }
     rsp = await run(request(xr({"resources": {"disk": disk}}), observed))
-    assert [r.message for r in rsp.results] == [
+    assert [r.message for r in results(rsp)] == [
         (
             f"spec.resources.disk: {disk} is smaller than the workspace disk already is (20Gi); "
             "disks never shrink"
@@ -252,7 +253,7 @@ async def test_a_crossplane_without_required_resources_is_told_why_a_restore_wai
     req = request(xr({"restoreFrom": {"snapshot": "nightly"}}))
     req.meta.capabilities.extend([fnv1.CAPABILITY_CAPABILITIES, fnv1.CAPABILITY_CONDITIONS])
     rsp = await run(req)
-    assert [(r.severity, r.reason) for r in rsp.results] == [
+    assert [(r.severity, r.reason) for r in results(rsp)] == [
         (fnv1.SEVERITY_WARNING, "RequiredResourcesUnsupported")
     ]
     assert "workspace-volume" not in rsp.desired.resources
@@ -260,7 +261,7 @@ async def test_a_crossplane_without_required_resources_is_told_why_a_restore_wai
 
 async def test_before_capabilities_were_advertised_everything_is_assumed() -> None:
     rsp = await run(request(xr({"restoreFrom": {"snapshot": "nightly"}})))
-    assert not rsp.results
+    assert not results(rsp)
     assert "restore-snapshot" in rsp.requirements.resources
 
 
@@ -293,7 +294,7 @@ async def test_a_call_without_debug_logs_nothing_and_times_nothing(
     monkeypatch.setattr(fn, "_outcome", unused)
     monkeypatch.setattr(fn.time, "perf_counter", unused)
     rsp = await run(request(xr()))
-    assert not rsp.results
+    assert not results(rsp)
     assert logs == []
 
 
@@ -313,14 +314,19 @@ async def test_debug_logs_one_line_per_call_with_its_result(logs: list[dict[str,
         **XR_NAMED,
         "resources": 5,
         "state": "not ready",
-        "results": [],
+        "results": ["WARNING SiteAddressesNotStated"],
     }
 
 
 @pytest.mark.parametrize(
     ("spec", "observed", "want"),
     [
-        pytest.param({}, "running", {"resources": 6, "state": "ready", "results": []}, id="ready"),
+        pytest.param(
+            {},
+            "running",
+            {"resources": 6, "state": "ready", "results": ["WARNING SiteAddressesNotStated"]},
+            id="ready",
+        ),
         pytest.param(
             {"preset": "xl"},
             None,
@@ -333,7 +339,10 @@ async def test_debug_logs_one_line_per_call_with_its_result(logs: list[dict[str,
             {
                 "resources": 3,
                 "state": "not ready",
-                "results": ["WARNING RequiredResourcesUnsupported"],
+                "results": [
+                    "WARNING RequiredResourcesUnsupported",
+                    "WARNING SiteAddressesNotStated",
+                ],
             },
             id="warning",
         ),

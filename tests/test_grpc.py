@@ -16,7 +16,7 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
 from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1beta1
 
-from tests.support import request, xr
+from tests.support import request, results, xr
 
 
 def _free_port() -> int:
@@ -55,7 +55,7 @@ def address() -> Iterator[str]:
 def test_v1_run_function_over_grpc(address: str) -> None:
     with grpc.insecure_channel(address) as channel:
         rsp = grpcv1.FunctionRunnerServiceStub(channel).RunFunction(request(xr()), timeout=10)
-    assert not rsp.results
+    assert not results(rsp)
     assert sorted(rsp.desired.resources) == [
         "cilium-policy",
         "network-policy",
@@ -87,4 +87,4 @@ def test_bad_input_over_grpc_is_a_fatal_result_not_an_error(address: str) -> Non
             "spec.preset: 'xl' is not offered; use one of: dedicated-plane, gvisor, kata, shared-plane, standard",
         )
     ]
-    assert not good.results
+    assert not results(good)

@@ -23,6 +23,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from function.compose.guard import guard_policy
 from function.compose.kubernetes_object import (
     CEL_READY,
     GROWN,
@@ -35,13 +36,31 @@ from function.errors import FieldError
 from function.fn import FunctionRunner
 from function.model import Manifest
 from function.model.platform import SandboxPlatform
-from function.policy import Environment, Flow, cozystack_environment, evaluate
+from function.policy import (
+    Environment,
+    Flow,
+    cozystack_baseline,
+    cozystack_environment,
+    deletion,
+    evaluate,
+    outlives,
+)
+from function.policy.environment import PLANE_CLUSTER
 from function.render import Rendered, render
 from tests.pod_security import all_violations
 from tests.policy.test_isolation import ALICE_POD, POD_TABLE
 from tests.schemas import _compile_rule, crds_root, validate
 from tests.strategies import allowlists, specs, xr_names
-from tests.support import NAMESPACE, NOW, PLATFORM, platform, platform_input, request, workspace
+from tests.support import (
+    NAMESPACE,
+    NOW,
+    PLATFORM,
+    platform,
+    platform_input,
+    request,
+    results,
+    workspace,
+)
 
 Observed = dict[str, Manifest]
 Required = dict[str, list[Manifest]]
@@ -54,7 +73,7 @@ LABELS = {
     "sandbox.cozystack.io/workspace": "alice-api",
 }
 DEDICATED_MANAGEMENT = ["Observe", "Create", "Update"]
-STAGE_ONE = ["plane-access", "plane-namespace"]
+STAGE_ONE = ["plane-access", "plane-guard", "plane-namespace"]
 STAGE_TWO = [
     "cilium-policy",
     "network-policy",
@@ -116,7 +135,23 @@ class Placement:
     @property
     def own(self) -> list[str]:
         """What the XR composes outside the plane whatever the plane's state."""
-        return ["compute-plane"] if self.dedicated else []
+        if self.dedicated:
+            # The plane's workers keep their policy while the plane exists.
+            return ["compute-plane", "plane-workers", "usage-plane-workers"]
+        return ["plane-workers"]
+
+    @property
+    def stage_one(self) -> list[str]:
+        """The first placement: the workers' policy stays while the namespace's Object does."""
+        return STAGE_ONE if self.dedicated else [*STAGE_ONE, "usage-plane-workers"]
+
+    @property
+    def with_workload(self) -> list[str]:
+        """The workload, and in a shared plane what must outlive its Object."""
+        if self.dedicated:
+            return [self.workload]
+        used = ["cilium-policy", "network-policy", "plane-namespace"]
+        return [self.workload, *(f"usage-{k}" for k in used)]
 
 
 SHARED = Placement("shared-plane", "computeplane", PLATFORM, "statefulset")
@@ -263,6 +298,10 @@ def provide(out: Rendered, *, hold: Iterable[str] = (), failed: Iterable[str] = 
             continue  # the plane's state is the world's: plane_world()
         if m["kind"] != "Object":
             observed[key] = {**m, "metadata": {**m["metadata"], "namespace": NAMESPACE}}
+            if m["kind"] == "Usage":
+                # Crossplane's usage controller, once it has labelled what is used.
+                available = {"type": "Ready", "status": "True", "reason": "Available"}
+                observed[key]["status"] = {"conditions": [available]}
             continue
         inner = m["spec"]["forProvider"]["manifest"]
         status = None if key in hold else settled(inner)
@@ -399,7 +438,11 @@ def test_a_dedicated_plane_is_composed_from_the_preset() -> None:
             }
         },
     }
-    assert out.ready == {"compute-plane": False}
+    assert out.ready == {
+        "compute-plane": False,
+        "plane-workers": False,
+        "usage-plane-workers": False,
+    }
 
 
 @pytest.mark.parametrize("p", BOTH)
@@ -442,7 +485,7 @@ def test_a_ready_plane_without_its_kubeconfig_gets_nothing_placed(p: Placement) 
 def test_a_ready_plane_gets_its_access_and_the_namespace_first(p: Placement) -> None:
     observed, required = plane_world(p)
     out = run(p, {}, observed, required)
-    assert sorted(out.resources) == sorted(p.own + STAGE_ONE)
+    assert sorted(out.resources) == sorted(p.own + p.stage_one)
     assert out.resources["plane-access"] == {
         "apiVersion": OBJECT_API,
         "kind": "ProviderConfig",
@@ -488,7 +531,7 @@ def test_a_ready_plane_gets_its_access_and_the_namespace_first(p: Placement) -> 
             **management,
         },
     }
-    assert out.ready == {"plane-access": False, "plane-namespace": False} | (
+    assert out.ready == dict.fromkeys(p.own + p.stage_one, False) | (
         {"compute-plane": True} if p.dedicated else {}
     )
     assert out.status == _status(p, "Provisioning")
@@ -507,13 +550,13 @@ def _after(p: Placement, spec: Mapping[str, Any], steps: int, **provider: Any) -
 @pytest.mark.parametrize("p", PLACEMENTS)
 def test_an_unready_namespace_holds_everything_else_back(p: Placement) -> None:
     out = _after(p, {}, 1, hold=["plane-namespace"])
-    assert sorted(out.resources) == sorted(p.own + STAGE_ONE)
+    assert sorted(out.resources) == sorted(p.own + p.stage_one)
 
 
 @pytest.mark.parametrize("p", PLACEMENTS)
 def test_a_ready_namespace_lets_policies_quota_and_claim_in(p: Placement) -> None:
     out = _after(p, {}, 1)
-    assert sorted(out.resources) == sorted(p.own + STAGE_ONE + STAGE_TWO)
+    assert sorted(out.resources) == sorted(p.own + p.stage_one + STAGE_TWO)
     namespaces = {inner(out, k)["metadata"].get("namespace") for k in STAGE_TWO}
     assert namespaces == {IN_PLANE}
     assert out.status["phase"] == "Provisioning"
@@ -523,7 +566,9 @@ def test_a_ready_namespace_lets_policies_quota_and_claim_in(p: Placement) -> Non
 @pytest.mark.parametrize(
     ("steps", "provider", "waiting"),
     [
-        pytest.param(0, {}, ["plane-namespace"], id="namespace-not-observed"),
+        pytest.param(
+            0, {}, ["plane-guard", "plane-namespace", "plane-workers"], id="nothing-observed"
+        ),
         pytest.param(1, {"hold": ["plane-namespace"]}, ["plane-namespace"], id="namespace-unready"),
         pytest.param(1, {}, STAGE_TWO, id="stage-two-not-observed"),
         pytest.param(
@@ -564,13 +609,13 @@ def test_the_workload_waits_for_every_part_of_stage_two(
     out = _after(p, {}, 2, **provider)
     assert (p.workload in out.resources) is placed
     if not placed:
-        assert sorted(out.resources) == sorted(p.own + STAGE_ONE + STAGE_TWO)
+        assert sorted(out.resources) == sorted(p.own + p.stage_one + STAGE_TWO)
 
 
 @pytest.mark.parametrize("p", PLACEMENTS)
 def test_the_workload_comes_last_and_runs_one_pod(p: Placement) -> None:
     out = _after(p, {}, 2)
-    assert sorted(out.resources) == sorted(p.own + STAGE_ONE + STAGE_TWO + [p.workload])
+    assert sorted(out.resources) == sorted(p.own + p.stage_one + STAGE_TWO + p.with_workload)
     workload = inner(out, p.workload)
     assert workload["metadata"]["namespace"] == IN_PLANE
     assert pod_template(workload)["metadata"]["labels"] == {
@@ -623,7 +668,8 @@ def test_dedicated_plane_objects_never_delete_but_snapshots_still_do(
     for key, m in out.resources.items():
         if m["kind"] != "Object":
             continue
-        keep = p.dedicated and not key.startswith("snapshot-")
+        # The guard in the plane is never deleted, in any plane.
+        keep = key == "plane-guard" or (p.dedicated and not key.startswith("snapshot-"))
         assert m["spec"].get("managementPolicies") == (DEDICATED_MANAGEMENT if keep else None), key
 
 
@@ -812,7 +858,7 @@ async def test_a_smaller_disk_is_one_fatal_result_at_the_edge(p: Placement) -> N
     }
     req = _required_request(composite, running, required, platform_input())
     rsp = await FunctionRunner(clock=lambda: NOW).RunFunction(req, None)
-    assert [(r.severity, r.message) for r in rsp.results] == [(fnv1.SEVERITY_FATAL, SHRUNK)]
+    assert [(r.severity, r.message) for r in results(rsp)] == [(fnv1.SEVERITY_FATAL, SHRUNK)]
 
 
 @pytest.mark.parametrize("p", BOTH)
@@ -828,10 +874,45 @@ async def test_the_edge_renders_a_placed_sandbox_as_the_core_does(p: Placement) 
     }
     req = _required_request(composite, running, required, platform_input())
     rsp = await FunctionRunner(clock=lambda: NOW).RunFunction(req, None)
-    assert list(rsp.results) == []
+    assert results(rsp) == []
     desired = {k: resource.struct_to_dict(v.resource) for k, v in rsp.desired.resources.items()}
     assert desired == out.resources
     assert {k: v.ready == fnv1.READY_TRUE for k, v in rsp.desired.resources.items()} == out.ready
+
+
+UNFETCHED = {
+    "shared": (
+        "spec.preset: this Crossplane doesn't fetch required resources, so ComputePlane "
+        "'computeplane' and Secret 'computeplane-cluster-admin-kubeconfig' can't be looked "
+        "up; the sandbox can't be placed into ComputePlane 'computeplane' until they can"
+    ),
+    "dedicated": (
+        "spec.preset: this Crossplane doesn't fetch required resources, so Secret "
+        "'alice-api-plane-cluster-admin-kubeconfig' can't be looked up; the sandbox can't be "
+        "placed into ComputePlane 'alice-api-plane' until it can"
+    ),
+}
+
+
+@pytest.mark.parametrize("p", BOTH)
+async def test_a_crossplane_without_required_resources_is_told_what_the_plane_needs(
+    p: Placement,
+) -> None:
+    """The warning names what was required: the plane and its Secret, not a restore."""
+    world, _ = plane_world(p)
+    composite = {
+        "apiVersion": "sandbox.cozystack.io/v1alpha1",
+        "kind": "WorkspaceSandbox",
+        "metadata": {"name": "alice-api", "namespace": NAMESPACE},
+        "spec": {"image": "ubuntu-24.04", "preset": p.preset},
+    }
+    req = request(composite, world)
+    req.meta.capabilities.extend([fnv1.CAPABILITY_CAPABILITIES, fnv1.CAPABILITY_CONDITIONS])
+    rsp = await FunctionRunner(clock=lambda: NOW).RunFunction(req, None)
+    unsupported = [r for r in results(rsp) if r.reason == "RequiredResourcesUnsupported"]
+    assert [(r.severity, r.message) for r in unsupported] == [
+        (fnv1.SEVERITY_WARNING, UNFETCHED["dedicated" if p.dedicated else "shared"])
+    ]
 
 
 RESTORE_REFUSED = (
@@ -1592,7 +1673,8 @@ def test_placed_sandboxes_stay_in_their_namespace_and_keep_their_claim(
             namespaces.add(in_plane)
         for key in objects:
             wrapped = inner(out, key)
-            if key == "plane-namespace":
+            if key in ("plane-namespace", "plane-guard"):
+                assert "namespace" not in wrapped["metadata"], key  # cluster-scoped
                 continue
             assert wrapped["metadata"]["namespace"] == in_plane, key
             if key == p.workload:
@@ -1603,3 +1685,252 @@ def test_placed_sandboxes_stay_in_their_namespace_and_keep_their_claim(
         observed = provide(out)
     assert claimed
     assert len(namespaces) == 1
+
+
+# --- 6. The plane's guard, the workers' policy, and the order of deletion ---------------------
+#
+# Inside a plane only the sandbox's own policies and the plane guard stand; the plane's workers
+# are VMs in the tenant's namespace on the host. The evaluator's deletion model lists every
+# moment a deletion can pass through (function/policy/deletion.py); at each one in which the
+# sandbox's pod may still run, the pod must stay isolated inside the plane, and its workers
+# (where an escape from the runtime lands) on the host.
+
+HOST = cozystack_environment()
+SITE = platform(
+    network={
+        **platform_input()["network"],
+        "siteAddresses": {
+            "controlPlaneCidrs": ["185.12.64.100/32"],
+            "nodeCidrs": ["185.12.64.16/28"],
+            "loadBalancerCidrs": ["185.12.65.0/28"],
+            "nat64Prefixes": ["2a01:4f8:c0c:6400::/96"],
+        },
+    }
+)
+
+
+def _cluster(p: Placement) -> str:
+    return f"{p.plane}-cluster"
+
+
+@cache
+def _settled(p: Placement) -> dict[str, Manifest]:
+    out, _ = converge(p, ALICE_POD)
+    return out.resources
+
+
+def test_the_guard_is_placed_first_cluster_wide_and_never_deleted() -> None:
+    for p in (SHARED, DEDICATED):
+        first = run(p, {}, *plane_world(p)).resources
+        guard = first["plane-guard"]
+        assert guard["spec"]["managementPolicies"] == ["Observe", "Create", "Update"]
+        carried = guard["spec"]["forProvider"]["manifest"]
+        assert "namespace" not in carried["metadata"]
+        assert carried == guard_policy(PLATFORM)
+        assert "plane-workers" in first
+        assert p.workload not in first
+
+
+@pytest.mark.parametrize("p", PLACEMENTS)
+def test_the_workload_waits_for_the_workers_policy(p: Placement) -> None:
+    world, required = plane_world(p)
+    observed = provide(run(p, {}, world, required))
+    del observed["plane-workers"]
+    for _ in range(4):
+        out = run(p, {}, {**observed, **world}, required)
+        observed = {k: v for k, v in provide(out).items() if k != "plane-workers"}
+    assert p.workload not in out.resources
+    assert provisioned(out)[2].endswith("waiting for plane-workers")
+
+
+@pytest.mark.parametrize("p", PLACEMENTS)
+def test_the_workload_stops_within_a_short_grace(p: Placement) -> None:
+    assert pod_spec(inner(converge(p)[0], p.workload))["terminationGracePeriodSeconds"] == 5
+
+
+@pytest.mark.parametrize("p", PLACEMENTS)
+def test_no_deletion_leaves_the_workload_without_its_policies_or_the_workers_without_theirs(
+    p: Placement,
+) -> None:
+    resources = _settled(p)
+    if p.dedicated:
+        # Its Objects delete nothing in the plane; its workers keep their policy as long as it.
+        assert not outlives(resources, "compute-plane", "plane-workers")
+        return
+    for used in ("cilium-policy", "network-policy", "plane-namespace"):
+        assert not outlives(resources, p.workload, used), used
+    # The namespace's Object is gone only once the namespace is, with every pod in it.
+    assert not outlives(resources, "plane-namespace", "plane-workers")
+
+
+def test_without_usages_the_workload_can_outlive_its_policies() -> None:
+    resources = {k: m for k, m in _settled(SHARED).items() if not k.startswith("usage-")}
+    assert outlives(resources, "statefulset", "cilium-policy")
+    assert outlives(resources, "plane-namespace", "plane-workers")
+
+
+@cache
+def workers_environment(p: Placement) -> Environment:
+    """The host, its two plane workers labelled with `p`'s cluster."""
+    label = "cluster.x-k8s.io/cluster-name"
+    workloads = tuple(
+        replace(w, labels={**w.labels, label: _cluster(p)}) if label in w.labels else w
+        for w in HOST.workloads
+    )
+    return replace(HOST, workloads=workloads)
+
+
+def _host_policies(resources: Mapping[str, Manifest]) -> list[Manifest]:
+    return [
+        {**m, "metadata": {**m["metadata"], "namespace": NAMESPACE}}
+        for m in resources.values()
+        if m["kind"] in ("CiliumNetworkPolicy", "NetworkPolicy")
+    ]
+
+
+def _from_worker(dest: str, port: int | None = 443, protocol: str = "TCP") -> Flow:
+    return Flow(f"tenant-acme/{PLANE_CLUSTER}-md0-x7k2p", dest, port, protocol)  # type: ignore[arg-type]
+
+
+WORKER_TABLE = [
+    pytest.param(_from_worker("151.101.0.223"), True, id="public"),
+    pytest.param(_from_worker("2a04:4e42::223"), True, id="public-v6"),
+    pytest.param(_from_worker("pypi.org"), True, id="public-name"),
+    pytest.param(_from_worker("10.96.0.10", 53, "UDP"), True, id="kube-dns-vip"),
+    pytest.param(_from_worker("10.244.1.10", 53, "TCP"), True, id="kube-dns-pod"),
+    pytest.param(
+        _from_worker(f"{PLANE_CLUSTER}.acme.cozy.example.net"), True, id="control-plane-endpoint"
+    ),
+    pytest.param(_from_worker("10.244.2.41"), True, id="tenant-root-ingress-pod"),
+    pytest.param(_from_worker("10.244.0.73", 6443), True, id="own-control-plane-pod"),
+    pytest.param(_from_worker("10.244.2.72", 4240), True, id="other-worker"),
+    pytest.param(_from_worker("10.244.0.10", 9153), False, id="kube-dns-metrics"),
+    pytest.param(_from_worker("169.254.169.254", 80), False, id="metadata"),
+    pytest.param(_from_worker("fd00:ec2::254", 80), False, id="metadata-v6"),
+    pytest.param(_from_worker("::ffff:a9fe:a9fe", 80), False, id="metadata-ipv4-mapped"),
+    pytest.param(_from_worker("64:ff9b::a9fe:a9fe", 80), False, id="metadata-nat64"),
+    pytest.param(_from_worker("10.0.0.5"), False, id="private"),
+    pytest.param(_from_worker("100.64.0.2", 22), False, id="node-join-network"),
+    pytest.param(_from_worker("192.168.100.12", 10250), False, id="node-internal"),
+    pytest.param(_from_worker("185.12.64.12", 22), False, id="node-public"),
+    pytest.param(_from_worker("10.96.0.1"), False, id="apiserver-vip"),
+    pytest.param(_from_worker("192.168.100.13", 6443), False, id="apiserver-endpoint"),
+    pytest.param(_from_worker("10.244.1.61", 5432), False, id="platform-database"),
+    pytest.param(_from_worker("10.244.2.62", 8080), False, id="keycloak"),
+    pytest.param(_from_worker("10.244.0.63", 80), False, id="dashboard"),
+    pytest.param(_from_worker("10.244.2.65"), False, id="cdi-upload-proxy"),
+    pytest.param(_from_worker("10.244.2.51", 49983), False, id="gateway"),
+    pytest.param(_from_worker("10.244.1.31", 80), False, id="other-tenant"),
+    pytest.param(_from_worker("10.244.0.32", 49983), False, id="other-tenant-sandbox"),
+]
+
+
+@pytest.mark.parametrize("p", BOTH)
+@pytest.mark.parametrize(("flow", "allowed"), WORKER_TABLE)
+def test_the_workers_reach_their_control_plane_and_the_internet_and_nothing_of_the_host(
+    p: Placement, flow: Flow, allowed: bool
+) -> None:
+    policies = [
+        *_host_policies(_settled(p)),
+        guard_policy(PLATFORM),
+        *cozystack_baseline(NAMESPACE),
+    ]
+    v = evaluate(flow, policies, workers_environment(p))
+    assert v.allowed is allowed, v.reason
+
+
+def test_without_the_workers_policy_the_baseline_lets_a_worker_reach_the_platform() -> None:
+    # Why the workers have a policy: an escape onto one lands here.
+    baseline = cozystack_baseline(NAMESPACE)
+    for flow in (
+        _from_worker("169.254.169.254", 80),
+        _from_worker("10.0.0.5"),
+        _from_worker("10.244.2.62", 8080),
+        _from_worker("10.244.0.63", 80),
+    ):
+        assert evaluate(flow, baseline, HOST).allowed, flow
+
+
+# (flow, allowed while the site's addresses are unstated, allowed once stated)
+WORKER_SITE_TABLE = [
+    pytest.param(_from_worker("185.12.64.100", 6443), True, False, id="control-plane-vip"),
+    pytest.param(_from_worker("185.12.64.21", 22), True, False, id="unlisted-node-address"),
+    pytest.param(
+        _from_worker("2a01:4f8:c0c:6400::a9fe:a9fe", 80), True, False, id="nat64-metadata"
+    ),
+    # Their control plane is behind the cluster's ingress: the load balancers stay open.
+    pytest.param(_from_worker("185.12.65.10"), True, True, id="load-balancer"),
+]
+
+
+@pytest.mark.parametrize(("flow", "unstated", "stated"), WORKER_SITE_TABLE)
+def test_the_workers_are_kept_from_the_sites_addresses_once_stated(
+    flow: Flow, unstated: bool, stated: bool
+) -> None:
+    def allowed(p: SandboxPlatform) -> bool:
+        out, _ = converge(replace(SHARED, platform=p))
+        policies = [*_host_policies(out.resources), *cozystack_baseline(NAMESPACE)]
+        return evaluate(flow, policies, workers_environment(SHARED)).allowed
+
+    assert (allowed(PLATFORM), allowed(SITE)) == (unstated, stated)
+
+
+def test_a_load_balancer_inside_a_denied_range_is_carved_out_for_the_workers() -> None:
+    private = platform(
+        network={
+            **platform_input()["network"],
+            "siteAddresses": {"loadBalancerCidrs": ["192.168.100.240/28"]},
+        }
+    )
+    out, _ = converge(replace(SHARED, platform=private))
+    (cidrs,) = [r["toCIDRSet"] for r in out.resources["plane-workers"]["spec"]["egressDeny"][3:]]
+    assert {"cidr": "192.168.0.0/16", "except": ["192.168.100.240/28"]} in cidrs
+    sandbox = {
+        c["cidr"]
+        for r in inner(out, "cilium-policy")["spec"]["egressDeny"]
+        for c in r.get("toCIDRSet", [])
+    }
+    assert "192.168.100.240/28" in sandbox
+
+
+# Rows a sandbox's pod must be denied at every moment it may still run.
+STILL_DENIED = [
+    pytest.param(_out("169.254.169.254", 80), id="metadata"),
+    pytest.param(_out("10.0.0.5"), id="private"),
+    pytest.param(_out("192.168.100.12", 22), id="node"),
+    pytest.param(_out("10.96.0.1"), id="apiserver-vip"),
+    pytest.param(_out("10.244.1.22", 3000), id="other-sandbox"),
+    pytest.param(_out("10.244.0.10", 53, "UDP"), id="kube-dns"),
+    pytest.param(_out("10.244.1.61", 5432), id="platform-database"),
+    pytest.param(_into("mallory-shell"), id="other-tenant-ingress"),
+    pytest.param(_into("151.101.0.223"), id="internet-ingress"),
+]
+WORKER_DENIED = [r for r in WORKER_TABLE if r.values[1] is False]
+
+
+@pytest.mark.parametrize("p", PLACEMENTS)
+def test_every_moment_of_a_deletion_keeps_the_pod_and_its_workers_isolated(p: Placement) -> None:
+    moments = [m for m in deletion(_settled(p)) if m.pod]
+    assert moments
+    inside_env, host_env = plane_environment(p), workers_environment(p)
+    for moment in moments:
+        for row in STILL_DENIED:
+            (flow,) = row.values
+            v = evaluate(flow, moment.inside, inside_env, namespace=IN_PLANE)
+            assert not v.allowed, (row.id, moment.holding(), v.reason)
+        host = [*_host_policies({m["metadata"]["name"]: m for m in moment.host})]
+        for row in WORKER_DENIED:
+            flow = row.values[0]
+            v = evaluate(flow, [*host, *cozystack_baseline(NAMESPACE)], host_env)
+            assert not v.allowed, (row.id, moment.holding(), v.reason)
+
+
+def test_a_lingering_pod_is_held_by_the_guard_alone() -> None:
+    """After its Objects went, a pod that is still terminating has only the guard around it."""
+    alone = [m for m in deletion(_settled(SHARED)) if m.pod and len(m.inside) == 1]
+    assert [m.inside[0]["kind"] for m in alone] == ["CiliumClusterwideNetworkPolicy"]
+    without_guard = {k: m for k, m in _settled(SHARED).items() if k != "plane-guard"}
+    exposed = [m for m in deletion(without_guard) if m.pod and not m.inside]
+    assert exposed
+    verdict = evaluate(_out("169.254.169.254", 80), exposed[0].inside, plane_environment(SHARED))
+    assert verdict.allowed

@@ -7,7 +7,7 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from bench.driver import RUN_FUNCTION, RUN_FUNCTION_BETA, Server, server
-from tests.support import request, xr
+from tests.support import request, results, xr
 
 
 @pytest.fixture(scope="module")
@@ -28,13 +28,13 @@ def call(srv: Server, payload: bytes, method: str = RUN_FUNCTION) -> fnv1.RunFun
 
 def still_serving(srv: Server) -> None:
     rsp = call(srv, request(xr()).SerializeToString())
-    assert not rsp.results
+    assert not results(rsp)
     assert "vm" in rsp.desired.resources
 
 
 def test_an_empty_request_is_a_fatal_result(srv: Server) -> None:
     rsp = call(srv, b"")
-    assert [(r.severity, r.message) for r in rsp.results] == [
+    assert [(r.severity, r.message) for r in results(rsp)] == [
         (fnv1.SEVERITY_FATAL, "input: the Composition step has no SandboxPlatform input")
     ]
     still_serving(srv)
@@ -44,7 +44,7 @@ def test_a_request_without_a_composite_is_a_fatal_result(srv: Server) -> None:
     req = request(xr())
     req.observed.ClearField("composite")
     rsp = call(srv, req.SerializeToString())
-    assert [r.message for r in rsp.results] == [
+    assert [r.message for r in results(rsp)] == [
         "composite: the request carries no composite resource"
     ]
     still_serving(srv)

@@ -25,7 +25,7 @@ from cryptography.x509.oid import NameOID
 
 from function.fn import FunctionRunner
 from function.main import cli
-from tests.support import request, xr
+from tests.support import request, results, xr
 
 EXE = Path(sys.executable).parent / "workspace-sandbox"
 NO_CERTS = (
@@ -273,7 +273,7 @@ def test_mtls_answers_a_caller_with_a_certificate_from_the_ca(
 ) -> None:
     with grpc.secure_channel(mtls_address, _client(certs, with_cert=True)) as channel:
         rsp = grpcv1.FunctionRunnerServiceStub(channel).RunFunction(request(xr()), timeout=10)
-    assert not rsp.results
+    assert not results(rsp)
     assert "vm" in rsp.desired.resources
 
 

@@ -40,7 +40,7 @@ def guard_policy(platform: SandboxPlatform) -> Manifest:
                 "matchExpressions": [{"key": WORKSPACE_LABEL, "operator": "Exists"}]
             },
             "enableDefaultDeny": {"egress": False, "ingress": False},
-            "egressDeny": egress_denies(platform.network.site_deny_cidrs, cluster_dns=cluster_dns),
+            "egressDeny": egress_denies(platform.network.denied_cidrs, cluster_dns=cluster_dns),
             "ingressDeny": [*ingress_denies(platform), *gateway_guard_denies(platform)],
         },
         "specs": [

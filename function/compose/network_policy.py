@@ -205,7 +205,7 @@ def _egress(
 
 def check_allow(ws: WorkspaceSandbox, platform: SandboxPlatform) -> None:
     """Refuse what the allow-list can't enforce, and CIDRs that touch a blocked range."""
-    site = platform.network.site_deny_cidrs
+    site = platform.network.denied_cidrs
     cidrs: list[tuple[tuple[int, int, int], int]] = []
     networks: dict[int, Network] = {}
     for i, rule in enumerate(ws.spec.network.allow):
@@ -220,7 +220,7 @@ def check_allow(ws: WorkspaceSandbox, platform: SandboxPlatform) -> None:
             continue
         path = f"spec.network.allow[{i}].cidr"
         networks[i] = rule.cidr
-        why = embedding(rule.cidr)
+        why = embedding(rule.cidr, platform.network.site_addresses.nat64_prefixes or ())
         if why is not None:
             raise FieldError(path, f"{ip_text(rule.cidr)} is refused: {why}")
         hit = blocked(rule.cidr, site)
@@ -309,7 +309,7 @@ def _allowlist_denies(ws: WorkspaceSandbox) -> list[dict[str, Any]]:
 
 def _cilium_policy(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform) -> Manifest:
     identity = identity_labels(ws)
-    deny_egress = egress_denies(platform.network.site_deny_cidrs, cluster_dns=preset.cluster_dns)
+    deny_egress = egress_denies(platform.network.denied_cidrs, cluster_dns=preset.cluster_dns)
     if ws.spec.network.egress == "None":
         deny_egress = [{"toEntities": ["all"]}]
     elif ws.spec.network.egress == "Allowlist" and platform.network.namespaces_allow_internet:
@@ -350,7 +350,7 @@ def _ip_block(cidr: str, deny: list[str]) -> dict[str, Any]:
 def _kubernetes_egress(
     ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform
 ) -> list[dict[str, Any]]:
-    site = platform.network.site_deny_cidrs
+    site = platform.network.denied_cidrs
     v4 = [*_PINNED_V4, *(ip_text(n) for n in site if n.version == 4)]  # noqa: PLR2004
     v6 = [*_PINNED_V6, *(ip_text(n) for n in site if n.version == 6)]  # noqa: PLR2004
     mode = ws.spec.network.egress

@@ -10,8 +10,9 @@ it. The function itself only asks Crossplane whether that Secret exists (by name
 reads its data.
 
 Work is placed in stages, each once the previous one is observed ready: the sandbox's namespace
-(Pod Security "restricted"); then its quota, limits, ServiceAccount, network policies, Service
-and workspace claim; then the workload and its snapshots. So the pod never runs before the
+(Pod Security "restricted"), the plane guard and the policy on the plane's workers
+(`plane_guards`); then its quota, limits, ServiceAccount, network policies, Service and
+workspace claim; then the workload and its snapshots. So the pod never runs before the
 policies that isolate it exist. Once anything is placed, everything stays in the desired state
 whatever the plane reports, so a plane that is briefly unready never makes Crossplane delete a
 workspace.
@@ -29,6 +30,15 @@ from function.compose.names import (
 )
 from function.compose.network_policy import CILIUM_KEY, KUBERNETES_KEY, network_policies
 from function.compose.observed import condition, dig
+from function.compose.plane_guards import (
+    GRACE_SECONDS,
+    GUARD_KEY,
+    KEEP,
+    WORKERS_KEY,
+    plane_guard,
+    usages,
+    workers_policy,
+)
 from function.compose.sandbox import KEY as SANDBOX_KEY
 from function.compose.sandbox import container_resources, sandbox
 from function.compose.service import KEY as SERVICE_KEY
@@ -58,12 +68,16 @@ PROVIDER_CONFIG_API = "kubernetes.m.crossplane.io/v1alpha1"
 
 # The dedicated plane dies with the sandbox and takes everything in it along; deleting each
 # object first would only wait on a cluster that is going away.
-DEDICATED_MANAGEMENT = ["Observe", "Create", "Update"]
+DEDICATED_MANAGEMENT = KEEP
 POD_SECURITY = {
     f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "audit", "warn")
 }
+# What the plane holds outside the sandbox's namespace.
+_CLUSTER_SCOPED = (NAMESPACE_KEY, GUARD_KEY)
 _STAGES = (
-    (NAMESPACE_KEY,),
+    # The guard in the plane and the policy on its workers come first, so that no pod of the
+    # sandbox runs before either exists.
+    (NAMESPACE_KEY, GUARD_KEY, WORKERS_KEY),
     (
         QUOTA_KEY,
         LIMITS_KEY,
@@ -84,6 +98,17 @@ class Plane:
     requirements: dict[str, dict[str, str]] = field(default_factory=dict)
     waiting: str | None = None
     """Why nothing can be placed into the plane yet."""
+
+    def unfetched(self) -> str:
+        """What to say when Crossplane can't fetch the requirements: what they are."""
+        asked = [self.requirements[k] for k in sorted(self.requirements)]
+        things = " and ".join(f"{a['kind']} {a['name']!r}" for a in asked)
+        pronoun = "they" if len(asked) > 1 else "it"
+        return (
+            f"spec.preset: this Crossplane doesn't fetch required resources, so {things} "
+            f"can't be looked up; the sandbox can't be placed into ComputePlane {self.name!r} "
+            f"until {pronoun} can"
+        )
 
 
 def _options(preset: Preset) -> ComputePlaneOptions:
@@ -295,17 +320,32 @@ def workload(
     pod = (sandbox if _options(preset).agent_sandbox else statefulset.statefulset)(
         ws, preset, platform, image, size
     )
+    in_plane = _inside_platform(platform)
+    guard = {GUARD_KEY: plane_guard(in_plane)} if platform.network.cilium else {}
     return {
         NAMESPACE_KEY: _namespace(ws),
+        **guard,
         QUOTA_KEY: _quota(ws, preset, size),
         LIMITS_KEY: _limits(ws, preset, size),
         **service_account(ws),
-        **network_policies(ws, preset, _inside_platform(platform)),
+        **network_policies(ws, preset, in_plane),
         **service(ws, preset, platform),
         workspace_claim.KEY: workspace_claim.claim(ws, preset, size, inside),
-        **pod,
+        **_short_grace(pod),
         **snapshots.volume_snapshots(ws, preset_name, preset, inside),
     }
+
+
+def _short_grace(pod: dict[str, Manifest]) -> dict[str, Manifest]:
+    """The workload with an explicit, short termination grace for its pod."""
+    out = {}
+    for key, manifest in pod.items():
+        spec = manifest["spec"]
+        field = "template" if "template" in spec else "podTemplate"
+        template = spec[field]
+        graced = {**template["spec"], "terminationGracePeriodSeconds": GRACE_SECONDS}
+        out[key] = {**manifest, "spec": {**spec, field: {**template, "spec": graced}}}
+    return out
 
 
 def _settled(key: str, observed: Observed, ready: dict[str, bool]) -> bool:
@@ -317,11 +357,14 @@ def _settled(key: str, observed: Observed, ready: dict[str, bool]) -> bool:
 def _staged(
     placed: dict[str, Manifest], observed: Observed, ready: dict[str, bool]
 ) -> dict[str, Manifest]:
-    """What may be placed now: each stage once the one before is ready, and all placed so far."""
+    """What may be placed now: each stage once the one before is ready, and all placed so far.
+
+    A stage also waits for what `ready` judges beside the Objects (the workers' policy).
+    """
     out: dict[str, Manifest] = {}
     for stage in (*_STAGES, tuple(placed)):
         out |= {k: placed[k] for k in stage if k in placed}
-        if not all(_settled(k, observed, ready) for k in stage if k in placed):
+        if not all(_settled(k, observed, ready) for k in stage if k in placed or k in ready):
             break
     return out | {k: m for k, m in placed.items() if k in observed}
 
@@ -341,13 +384,13 @@ def place(
     dedicated = preset.placement == "DedicatedComputePlane"
     out = provider_config(ws, preset, plane)
     for key, manifest in _staged(inner, observed, ready).items():
-        keep_deletes = not dedicated or key.startswith(snapshots.PREFIX)
+        keep_deletes = key != GUARD_KEY and (not dedicated or key.startswith(snapshots.PREFIX))
         out[key] = kubernetes_object.wrap(
             ws,
             key,
             manifest,
             ref,
-            namespace=None if key == NAMESPACE_KEY else namespace,
+            namespace=None if key in _CLUSTER_SCOPED else namespace,
             management=None if keep_deletes else DEDICATED_MANAGEMENT,
         )
     return out
@@ -370,3 +413,30 @@ def placing(
     waiting = [k for k in placed if k in ready and not _settled(k, observed, ready)]
     shown = ", ".join(sorted(waiting)) or "the plane"
     return f"placing the sandbox into ComputePlane {plane!r}: waiting for {shown}"
+
+
+def host_guards(
+    ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform, plane: str
+) -> dict[str, Manifest]:
+    """The policy on the plane's workers, composed beside the plane from the start."""
+    if not platform.network.cilium:
+        return {}
+    cluster = _options(preset).cluster(plane)
+    return workers_policy(ws, platform, namespace=ws.metadata.namespace, cluster=cluster)
+
+
+def ordering(
+    ws: WorkspaceSandbox, preset: Preset, resources: dict[str, Manifest]
+) -> dict[str, Manifest]:
+    """The Usages that order the placement's deletion, for what is composed so far.
+
+    In a shared plane, the policies and the namespace stay while the workload's Object does,
+    and the workers' policy while the namespace's Object does (which waits for the namespace,
+    and so for every pod in it, to be gone). A dedicated plane's Objects delete nothing, and
+    its workers' policy stays while the plane does.
+    """
+    if preset.placement == "DedicatedComputePlane":
+        return usages(ws, resources, [(WORKERS_KEY, PLANE_KEY)])
+    workload = SANDBOX_KEY if _options(preset).agent_sandbox else statefulset.KEY
+    used = (CILIUM_KEY, KUBERNETES_KEY, NAMESPACE_KEY)
+    return usages(ws, resources, [*((k, workload) for k in used), (WORKERS_KEY, NAMESPACE_KEY)])

@@ -19,6 +19,10 @@ from function.model.quantity import parse_bytes
 from function.model.spec import WorkspaceSandbox
 
 REQUIREMENT = "restore-snapshot"
+UNFETCHED = (
+    "spec.restoreFrom: this Crossplane doesn't fetch required resources, so the snapshot to "
+    "restore can't be looked up; the disk waits"
+)
 
 
 @dataclass(frozen=True)

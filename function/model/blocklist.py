@@ -5,7 +5,7 @@ private nor global, miss the IPv4-embedding IPv6 prefixes, and move between Pyth
 Each range carries the reason a tenant reads when an allow-list entry overlaps it.
 """
 
-from ipaddress import IPv4Network, IPv6Network
+from ipaddress import IPv4Network, IPv6Network, collapse_addresses
 
 from function.model.address import Network, ip_text
 
@@ -91,10 +91,56 @@ def blocked(network: Network, site: tuple[Network, ...] = ()) -> tuple[Network, 
     return None
 
 
-def embedding(network: Network) -> str | None:
-    """Why `network` can carry IPv4 addresses inside IPv6 ones, or None."""
+def embedding(network: Network, nat64: tuple[IPv6Network, ...] = ()) -> str | None:
+    """Why `network` can carry IPv4 addresses inside IPv6 ones, or None.
+
+    `nat64` are the site's own NAT64 prefixes, beside the well-known ones.
+    """
     if isinstance(network, IPv6Network):
-        for prefix, reason in IPV4_EMBEDDING:
+        site = tuple((prefix, "the site's NAT64") for prefix in nat64)
+        for prefix, reason in (*IPV4_EMBEDDING, *site):
             if network.overlaps(prefix):
                 return f"{reason} addresses ({ip_text(prefix)}) embed IPv4 addresses"
     return None
+
+
+NAT64_LENGTHS = (32, 40, 48, 56, 64, 96)
+"""The prefix lengths RFC 6052 section 2.2 defines for IPv4-embedded IPv6 addresses."""
+_U_OCTET = 64  # bits 64-71: RFC 6052's "u" octet, which the IPv4 bits skip
+
+
+def nat64_embedding(prefix: IPv6Network, v4: IPv4Network) -> IPv6Network:
+    """The addresses through which `prefix`'s translator reaches `v4` (RFC 6052 section 2.2).
+
+    A /96 prefix carries the IPv4 address in its last 32 bits. The shorter ones carry it right
+    after the prefix, and what does not fit before bit 64 continues after the u octet. RFC 6052
+    has the u octet zero, but translators read the IPv4 bits around it whatever it holds, so a
+    range is cut at bit 64: wider than the IPv4 range, never narrower. A /64 prefix puts the
+    whole IPv4 address after the u octet, so every range is the whole prefix.
+    """
+    length = prefix.prefixlen
+    if length == NAT64_LENGTHS[-1]:
+        embedded = int(prefix.network_address) | int(v4.network_address)
+        return IPv6Network((embedded, length + v4.prefixlen))
+    bits = min(v4.prefixlen, _U_OCTET - length)
+    top = int(v4.network_address) >> (32 - bits) if bits else 0
+    return IPv6Network(
+        (int(prefix.network_address) | (top << (128 - length - bits)), length + bits)
+    )
+
+
+def nat64_denies(
+    prefixes: tuple[IPv6Network, ...], v4: tuple[IPv4Network, ...]
+) -> tuple[IPv6Network, ...]:
+    """Every address through which a site's NAT64 `prefixes` reach a denied IPv4 range.
+
+    A prefix inside a pinned range (the well-known 64:ff9b::/96 is one) is denied whole already.
+    """
+    pinned = [n for n, _ in DENY_V6]
+    embedded = [
+        nat64_embedding(prefix, network)
+        for prefix in prefixes
+        if not any(prefix.subnet_of(p) for p in pinned)
+        for network in (*(n for n, _ in DENY_V4), *v4)
+    ]
+    return tuple(collapse_addresses(embedded))

@@ -7,17 +7,28 @@ whose path starts with `input.`, pointing the platform engineer at the field to 
 
 import re
 from decimal import Decimal
-from ipaddress import IPv4Address, ip_network
+from functools import lru_cache
+from ipaddress import IPv4Address, IPv4Network, ip_network
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
 from function.errors import FieldError
 from function.model import Model
-from function.model.address import ip_text
-from function.model.blocklist import blocked
+from function.model.address import Network, ip_text
+from function.model.blocklist import blocked, nat64_denies
 from function.model.names import DnsLabel, DnsSubdomain, LabelKey, LabelValue
-from function.model.types import Bool, Bytes, Cidr, Cpu, Duration, Int, IpAddress, Port
+from function.model.types import (
+    Bool,
+    Bytes,
+    Cidr,
+    Cpu,
+    Duration,
+    Int,
+    IpAddress,
+    Nat64Prefix,
+    Port,
+)
 
 Runtime = Literal["kubevirt", "kata", "gvisor", "container"]
 Placement = Literal["Namespace", "SharedComputePlane", "DedicatedComputePlane"]
@@ -145,6 +156,19 @@ class NodeGroup(Model):
         return self
 
 
+# Kamaji names a cluster's admin kubeconfig Secret `<cluster>-admin-kubeconfig`.
+KAMAJI_SECRET = "-admin-kubeconfig"  # noqa: S105  # a name suffix, not a secret
+
+
+def _kamaji_secret(value: str) -> str:
+    if not value.endswith(KAMAJI_SECRET):
+        raise ValueError(
+            f"{value!r} must end in {KAMAJI_SECRET}: Kamaji names a cluster's admin kubeconfig "
+            f"<cluster>{KAMAJI_SECRET}, and that cluster's name selects the plane's worker VMs"
+        )
+    return value
+
+
 class ComputePlaneOptions(Model):
     """Where a ComputePlane placement puts sandboxes, and what the plane offers them."""
 
@@ -158,11 +182,17 @@ class ComputePlaneOptions(Model):
     # The admin kubeconfig Secret is `<plane>` + this suffix, in the tenant's namespace; only
     # provider-kubernetes reads it (the function checks that it exists, by name).
     kubeconfig_secret_suffix: Annotated[
-        str, Field(pattern=r"^-[a-z0-9-]*[a-z0-9]$", max_length=40)
+        str,
+        Field(pattern=r"^-[a-z0-9-]*[a-z0-9]$", max_length=40),
+        AfterValidator(_kamaji_secret),
     ] = "-cluster-admin-kubeconfig"  # noqa: S105  # a name suffix, not a secret
     kubeconfig_key: Annotated[str, Field(pattern=r"^[-._a-zA-Z0-9]+$", max_length=253)] = (
         "super-admin.svc"
     )
+
+    def cluster(self, plane: str) -> str:
+        """The plane's Kamaji cluster, which its admin kubeconfig Secret is named after."""
+        return plane + self.kubeconfig_secret_suffix.removesuffix(KAMAJI_SECRET)
 
 
 class Preset(Model):
@@ -256,6 +286,30 @@ class Gateway(Model):
     agent_port: Port = 49983
 
 
+class SiteAddresses(Model):
+    """Addresses of this site that Cilium sees as `world`, so only a CIDR deny keeps them out.
+
+    Each list is None until the platform engineer states it; [] states that there are none.
+    """
+
+    # A control-plane VIP (kube-vip, Talos) is neither a node address nor an apiserver endpoint.
+    control_plane_cidrs: tuple[Cidr, ...] | None = None
+    # Node addresses Cilium does not list: further public addresses, other interfaces.
+    node_cidrs: tuple[Cidr, ...] | None = None
+    # The cluster's LoadBalancer and ingress addresses: `world` from inside a ComputePlane.
+    load_balancer_cidrs: tuple[Cidr, ...] | None = None
+    # Network-specific NAT64 prefixes: <prefix>::a9fe:a9fe is the metadata service.
+    nat64_prefixes: tuple[Nat64Prefix, ...] | None = None
+
+    def unstated(self) -> list[str]:
+        """The fields not stated yet, by their input names."""
+        return [
+            info.alias or name
+            for name, info in type(self).model_fields.items()
+            if getattr(self, name) is None
+        ]
+
+
 class PlatformNetwork(Model):
     # Public resolvers by default (Quad9, Swiss): cluster DNS would reveal in-cluster names.
     resolvers: Annotated[tuple[IpAddress, ...], Field(min_length=1, max_length=3)] = (
@@ -263,6 +317,7 @@ class PlatformNetwork(Model):
         IPv4Address("149.112.112.112"),
     )
     site_deny_cidrs: tuple[Cidr, ...] = ()
+    site_addresses: SiteAddresses = SiteAddresses()
     cilium: Bool = True
     # Cozystack's tenant baseline allows every pod egress to `world`, and allows add up: an
     # allow-list must then be enforced with denies, which Cilium can only write by address.
@@ -271,7 +326,7 @@ class PlatformNetwork(Model):
     @model_validator(mode="after")
     def _resolvers_reachable(self) -> "PlatformNetwork":
         for i, resolver in enumerate(self.resolvers):
-            hit = blocked(ip_network(resolver), self.site_deny_cidrs)
+            hit = blocked(ip_network(resolver), self.denied_cidrs)
             if hit is not None:
                 raise FieldError(
                     f"input.network.resolvers[{i}]",
@@ -280,6 +335,57 @@ class PlatformNetwork(Model):
                     "or a preset with clusterDns",
                 )
         return self
+
+    @property
+    def denied_cidrs(self) -> tuple[Network, ...]:
+        """Every site range sandboxes are denied, on top of the pinned lists."""
+        return _denied(self.site_addresses, self.site_deny_cidrs, load_balancers=True)
+
+    @property
+    def worker_denied_cidrs(self) -> tuple[Network, ...]:
+        """The same without the load balancers.
+
+        A plane's workers reach their control plane through the cluster's ingress.
+        """
+        return _denied(self.site_addresses, self.site_deny_cidrs, load_balancers=False)
+
+    @property
+    def unstated_warning(self) -> str | None:
+        """What the platform engineer is told while the site's own addresses are not stated."""
+        return _unstated_warning(self.site_addresses)
+
+
+@lru_cache(maxsize=32)
+def _denied(
+    site: SiteAddresses, deny: tuple[Network, ...], *, load_balancers: bool
+) -> tuple[Network, ...]:
+    stated = (
+        *(site.control_plane_cidrs or ()),
+        *(site.node_cidrs or ()),
+        *((site.load_balancer_cidrs or ()) if load_balancers else ()),
+    )
+    # Through NAT64, every denied IPv4 range (the load balancers' included) is denied too.
+    v4 = tuple(
+        n for n in (*deny, *stated, *(site.load_balancer_cidrs or ())) if isinstance(n, IPv4Network)
+    )
+    nat64 = nat64_denies(site.nat64_prefixes or (), v4)
+    found: dict[Network, None] = dict.fromkeys((*deny, *stated, *nat64))
+    return tuple(found)
+
+
+@lru_cache(maxsize=32)
+def _unstated_warning(site: SiteAddresses) -> str | None:
+    unstated = site.unstated()
+    if not unstated:
+        return None
+    names = unstated[0] if len(unstated) == 1 else f"{', '.join(unstated[:-1])} and {unstated[-1]}"
+    verb = "is" if len(unstated) == 1 else "are"
+    return (
+        f"input.network.siteAddresses: {names} {verb} not stated, so sandboxes may reach "
+        "addresses of this site that Cilium sees as the internet (a control-plane VIP, node "
+        "addresses it does not list, the cluster's load balancers from a ComputePlane, the "
+        "metadata service through a NAT64 prefix); list them, or [] where there are none"
+    )
 
 
 class DiskExpansion(Model):

@@ -14,6 +14,7 @@ from typing import Annotated
 from pydantic import BeforeValidator, Field, StrictBool
 
 from function.model.address import ip_text, parse_address, parse_network
+from function.model.blocklist import NAT64_LENGTHS
 from function.model.quantity import parse_bytes, parse_cpu
 
 
@@ -69,7 +70,19 @@ def _time(value: object) -> datetime:
         raise ValueError(f"{value!r} is not a real point in time") from None
 
 
+def _nat64_prefix(value: object) -> IPv6Network:
+    network = _network(value)
+    if not isinstance(network, IPv6Network) or network.prefixlen not in NAT64_LENGTHS:
+        lengths = ", ".join(f"/{n}" for n in NAT64_LENGTHS[:-1])
+        raise ValueError(
+            f"{ip_text(network)} is not a NAT64 prefix: RFC 6052 has IPv6 prefixes of "
+            f"{lengths} or /{NAT64_LENGTHS[-1]}"
+        )
+    return network
+
+
 Cidr = Annotated[IPv4Network | IPv6Network, BeforeValidator(_network)]
+Nat64Prefix = Annotated[IPv6Network, BeforeValidator(_nat64_prefix)]
 IpAddress = Annotated[IPv4Address | IPv6Address, BeforeValidator(_address)]
 Time = Annotated[datetime, BeforeValidator(_time)]
 

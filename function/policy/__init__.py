@@ -2,10 +2,12 @@
 
 `evaluate` applies Cilium's semantics (and Kubernetes NetworkPolicy's) to a set of policy
 manifests over a modelled cluster (`Environment`); `cozystack_environment` and
-`cozystack_baseline` model what a Cozystack tenant namespace already has.
+`cozystack_baseline` model what a Cozystack tenant namespace already has; `deletion` lists
+which policies still stand at each moment of a ComputePlane placement's deletion.
 """
 
 from function.policy.baseline import cozystack_baseline
+from function.policy.deletion import Moment, deletion, outlives
 from function.policy.environment import (
     Environment,
     Node,
@@ -18,6 +20,7 @@ from function.policy.verdict import Flow, NotModelledError, Verdict, evaluate, f
 __all__ = [
     "Environment",
     "Flow",
+    "Moment",
     "Node",
     "NotModelledError",
     "Service",
@@ -25,6 +28,8 @@ __all__ = [
     "Workload",
     "cozystack_baseline",
     "cozystack_environment",
+    "deletion",
     "evaluate",
     "format_verdict",
+    "outlives",
 ]

@@ -8,7 +8,7 @@ and which backends a Service VIP is translated to before policy is applied.
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from ipaddress import IPv4Address, IPv6Address, ip_address
+from ipaddress import IPv4Address, IPv6Address, IPv6Network, ip_address, ip_network
 
 from function.model.address import ip_text
 
@@ -71,10 +71,13 @@ class Service:
     selector: Mapping[str, str] | None
     endpoint_ips: tuple[str, ...] = ()
     ports: Mapping[int, int] = field(default_factory=dict)
+    load_balancer_ips: tuple[str, ...] = ()
+    """A LoadBalancer Service's ingress addresses: Cilium translates them like its VIPs."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cluster_ips", _canonical(self.cluster_ips))
         object.__setattr__(self, "endpoint_ips", _canonical(self.endpoint_ips))
+        object.__setattr__(self, "load_balancer_ips", _canonical(self.load_balancer_ips))
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,9 @@ class Environment:
     pod_cidrs: tuple[str, ...] = ()
     service_cidrs: tuple[str, ...] = ()
     policy_default_local_cluster: bool = True
+    nat64_prefixes: tuple[str, ...] = ()
+    """The site's NAT64 translators: an address in one of them reaches the IPv4 address it
+    embeds, from outside the cluster, where no policy of it applies any more."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "apiserver_ips", _canonical(self.apiserver_ips))
@@ -169,7 +175,11 @@ class Environment:
 
     @cached_property
     def _services_by_ip(self) -> dict[Address, Service]:
-        return {ip_address(ip): s for s in self.services for ip in s.cluster_ips}
+        return {
+            ip_address(ip): s
+            for s in self.services
+            for ip in (*s.cluster_ips, *s.load_balancer_ips)
+        }
 
     def pod_at(self, ip: Address) -> Workload | None:
         return self._pods_by_ip.get(ip)
@@ -179,6 +189,16 @@ class Environment:
 
     def service_at(self, ip: Address) -> Service | None:
         return self._services_by_ip.get(ip)
+
+    def translated(self, ip: Address) -> IPv4Address | None:
+        """The IPv4 address a site NAT64 prefix takes `ip` to (RFC 6052), or None."""
+        if not isinstance(ip, IPv6Address):
+            return None
+        for text in self.nat64_prefixes:
+            prefix = ip_network(text)
+            if isinstance(prefix, IPv6Network) and ip in prefix:
+                return _embedded(int(ip), prefix.prefixlen)
+        return None
 
     def is_apiserver(self, ip: Address) -> bool:
         return ip_text(ip) in self.apiserver_ips
@@ -217,6 +237,16 @@ class Environment:
         return tuple(sorted(n for n, ips in self.dns.items() if ip_text(ip) in ips))
 
 
+def _embedded(value: int, length: int) -> IPv4Address:
+    """RFC 6052 section 2.2: the IPv4 bits follow the prefix, skipping bits 64-71 (u)."""
+    if length == 96:  # noqa: PLR2004  # the one layout with the address at the end
+        return IPv4Address(value & 0xFFFFFFFF)
+    before = 64 - length
+    high = (value >> 64) & ((1 << before) - 1)
+    low = (value >> (56 - (32 - before))) & ((1 << (32 - before)) - 1)
+    return IPv4Address((high << (32 - before)) | low)
+
+
 # ---------------------------------------------------------------------------------------------
 # A Cozystack v1.6 cluster: three nodes, Kube-OVN for pod networking with Cilium chained for
 # policy, tenants nested under tenant-root, platform components in cozy-* namespaces.
@@ -234,6 +264,25 @@ JOIN_NETWORK_IPS = ("100.64.0.2", "100.64.0.3", "100.64.0.4")
 
 APISERVER_IPS = ("192.168.100.11", "192.168.100.12", "192.168.100.13")
 """The apiserver runs on every node (6443 on the InternalIP): kube-apiserver and a node IP."""
+
+CONTROL_PLANE_VIP = "185.12.64.100"
+"""A kube-vip (or Talos) VIP in front of the apiservers on the nodes' public network. It is no
+node's address and no endpoint of the `kubernetes` Service, so Cilium sees it as `world`."""
+
+UNLISTED_NODE_IPS = ("185.12.64.21", "2a01:4f8:0:1::21")
+"""Further public addresses of node-1 that its Node object does not list: `world` to Cilium."""
+
+LOAD_BALANCER_IP = "185.12.65.10"
+"""tenant-root's ingress, a LoadBalancer Service. Cilium translates it to the ingress pods;
+from inside a ComputePlane it is a public address like any other."""
+
+NAT64_PREFIX = "2a01:4f8:c0c:6400::/96"
+"""The site's network-specific NAT64 prefix: <prefix>::a9fe:a9fe is 169.254.169.254, reached
+through the site's translator, outside the cluster."""
+
+PLANE_CLUSTER = "computeplane-cluster"
+"""tenant-acme's ComputePlane's Kamaji cluster: its control plane runs as pods in tenant-acme,
+its workers as KubeVirt VMs there, labelled by the Cluster API KubeVirt provider."""
 
 NODE_LOCAL_DNS = "169.254.20.10"
 """NodeLocal DNSCache listens on a link-local address in the host network namespace. Cilium has
@@ -364,6 +413,13 @@ _SERVICES = (
     ),
     # A Service whose pods are all gone: its VIP leads nowhere.
     Service("orphan", "tenant-acme", ("10.96.100.99",), {"app": "gone"}),
+    Service(
+        "root-ingress",
+        "tenant-root",
+        ("10.96.0.80",),
+        {"cozystack.io/service": "ingress"},
+        load_balancer_ips=(LOAD_BALANCER_IP,),
+    ),
 )
 
 _DNS: Mapping[str, tuple[str, ...]] = {
@@ -379,16 +435,54 @@ _DNS: Mapping[str, tuple[str, ...]] = {
     # Cluster names, so flows can name in-cluster services as a program would.
     "kubernetes.default.svc.cluster.local": ("10.96.0.1",),
     "kube-dns.kube-system.svc.cluster.local": ("10.96.0.10",),
+    # The site's own public names: the control-plane VIP, and a plane's control-plane endpoint
+    # behind tenant-root's ingress.
+    "api.cozy.example.net": (CONTROL_PLANE_VIP,),
+    f"{PLANE_CLUSTER}.acme.cozy.example.net": (LOAD_BALANCER_IP,),
 }
+
+
+def _worker(name: str, ips: tuple[str, ...], node: str) -> Workload:
+    """A ComputePlane worker: the virt-launcher pod of its VM, with the provider's labels."""
+    labels = {
+        **_VIRT_LAUNCHER,
+        "kubevirt.io/vm": name,
+        "name": name,
+        "cluster.x-k8s.io/cluster-name": PLANE_CLUSTER,
+        "cluster.x-k8s.io/role": "worker",
+        "cluster.x-k8s.io/deployment-name": f"{PLANE_CLUSTER}-md0",
+        "apps.cozystack.io/application.kind": "Kubernetes",
+        "apps.cozystack.io/application.name": PLANE_CLUSTER,
+        "node-role.kubernetes.io/ingress-nginx": "",
+    }
+    return Workload(name, "tenant-acme", labels, ips, node)
+
+
+_PLANE = (
+    _worker(f"{PLANE_CLUSTER}-md0-x7k2p", ("10.244.1.71", "fd00:10:244:1::71"), "node-2"),
+    _worker(f"{PLANE_CLUSTER}-md0-q4w8n", ("10.244.2.72",), "node-3"),
+    # Kamaji's control plane of the same cluster, as pods in the tenant's namespace.
+    Workload(
+        f"{PLANE_CLUSTER}-kcp",
+        "tenant-acme",
+        {"kamaji.clastix.io/name": PLANE_CLUSTER, "kamaji.clastix.io/component": "deployment"},
+        ("10.244.0.73",),
+        "node-1",
+    ),
+)
 
 
 def cozystack_environment() -> Environment:
     """A Cozystack v1.6 cluster with two tenants, platform services and public DNS names.
 
+    tenant-acme also has a ComputePlane (two worker VMs and its Kamaji control plane), and the
+    site has addresses Cilium sees as `world`: a control-plane VIP, node addresses it does not
+    list, tenant-root's load balancer, and a NAT64 prefix.
+
     Pod CIDR 10.244.0.0/16 + fd00:10:244::/56, service CIDR 10.96.0.0/16 + fd00:10:96::/112.
     """
     return Environment(
-        workloads=_WORKLOADS,
+        workloads=(*_WORKLOADS, *_PLANE),
         nodes=_NODES,
         services=_SERVICES,
         namespace_labels=_COZY_NAMESPACES,
@@ -396,4 +490,5 @@ def cozystack_environment() -> Environment:
         dns=_DNS,
         pod_cidrs=("10.244.0.0/16", "fd00:10:244::/56"),
         service_cidrs=("10.96.0.0/16", "fd00:10:96::/112"),
+        nat64_prefixes=(NAT64_PREFIX,),
     )

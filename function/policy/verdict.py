@@ -699,6 +699,8 @@ def _targets(
     dropped: Verdict | None = None
     for address in addresses:
         note = f"{resolved}{ip_text(address)}" if resolved else ""
+        if (v4 := env.translated(address)) is not None:
+            note = f"{note}{', ' if note else ''}through the site's NAT64 to {v4}"
         service = env.service_at(address)
         if service is None:
             targets.append(_Target(env.identity(address), port, note))
