@@ -13,6 +13,7 @@ from function.compose import sandbox as pod_sandbox
 from function.compose.kubernetes_object import API_VERSION as OBJECT_API
 from function.compose.kubernetes_object import unwrap
 from function.compose.lifetime import DEFAULT_TTL_SECONDS, Lifetime, lifetime
+from function.compose.names import resolve
 from function.compose.network_policy import network_policies
 from function.compose.observed import dig
 from function.compose.readiness import is_ready, readiness
@@ -124,6 +125,7 @@ def render(
 ) -> Rendered:
     preset_name, preset = platform.preset(ws.spec.preset)
     image = platform.image(ws.spec.image)
+    ws = resolve(ws, observed)
     _same_runtime(preset_name, preset, observed)
     ignored = _ssh_needs_a_vm(ws, preset_name, preset, platform, observed)
     life = lifetime(ws, preset_name, preset, now)
