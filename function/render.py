@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from function.compose import plane, workspace_claim, workspace_volume
+from function.compose import ownership, plane, workspace_claim, workspace_volume
 from function.compose import sandbox as pod_sandbox
 from function.compose.kubernetes_object import API_VERSION as OBJECT_API
 from function.compose.kubernetes_object import unwrap
@@ -160,10 +160,11 @@ def render(
     resources |= network_policies(ws, preset, platform)
     resources |= volume_snapshots(ws, preset_name, preset, observed)
 
+    asks = source.requirements | ownership.vacancies(ws, resources, observed, required)
     judged = workspace_status(
         ws, preset_name, preset, resources, observed, expired=life.expired, restoring=source.waiting
     )
-    return _rendered(resources, observed, judged, warnings, source.requirements, life)
+    return _rendered(resources, observed, judged, warnings, asks, life)
 
 
 def _render_in_plane(
@@ -213,7 +214,8 @@ def _render_in_plane(
         plane_waiting=target.waiting,
         placing=placing,
     )
-    return _rendered(resources, observed, judged, warnings, target.requirements, life)
+    asks = target.requirements | ownership.vacancies(ws, resources, observed, required)
+    return _rendered(resources, observed, judged, warnings, asks, life)
 
 
 def _rendered(  # noqa: PLR0917  # the parts of one answer

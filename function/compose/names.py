@@ -5,7 +5,8 @@ of the object it observes for that composition-resource name, so a rename would 
 the API server; but references to the child (a VM's disk, a snapshot's source, the Service in
 `status.endpoint`, the label the policies select) must name that object. `resolve` therefore
 reads every observed child's name (and, for a provider-kubernetes Object, the name of the
-object it carries). A child that is not observed yet gets a new name, from `composed_name`:
+object it carries), and `ownership.check` refuses one this sandbox does not control. A child
+that is not observed yet gets a new name, from `composed_name`:
 
     composed_name(readable, xr, role, *detail) = slug(readable) + "-" + h(xr, role, *detail)
 
@@ -31,15 +32,17 @@ has the old function), were the parts joined by '-' when that made a DNS-1035 la
 of 8 characters and a new name in one of 26, so they never meet. A legacy literal name is some
 XR's own name (or that name, '-' and a fixed word or a snapshot name), chosen by a tenant before
 this scheme existed; it equals a new name only if that XR was named after a future sandbox's
-hash.
+hash. Neither that, nor an object of any other software that happens to have the name, is ever
+adopted: a name not yet observed is looked up first (`ownership.vacancies`), and one that
+exists and isn't this sandbox's is a FATAL result.
 
 The identity label (`sandbox.cozystack.io/workspace`) is the name of the sandbox's workload,
 Service and policies, in both schemes (a legacy sandbox's is its legacy name, read from them):
 two sandboxes with one identity would have Services of one name, which one namespace can't
-hold. The other children are named per key: an
-existing one keeps its name, a new one (a snapshot added after this scheme) gets a new name.
-(Of two legacy sandboxes that wanted one name, the second never got it: whatever of it is not
-observed now gets a new name, so it is no longer in the way.)
+hold, and the look-up refuses the second one. The other children are named per key: an existing
+one keeps its name, a new one (a snapshot added after this scheme) gets a new name. (Of two
+legacy sandboxes that wanted one name, the second never got it: whatever of it is not observed
+now gets a new name, so it is no longer in the way.)
 """
 
 import base64
@@ -50,6 +53,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from function.compose import ownership
 from function.compose.observed import dig
 from function.model import Observed
 from function.model.spec import WorkspaceSandbox
@@ -122,13 +126,14 @@ def _carried_name(obj: Mapping[str, Any]) -> Any:
 
 
 def resolve(ws: WorkspaceSandbox, observed: Observed) -> NamedSandbox:
-    """Read the names of the observed children."""
+    """Read the names of the observed children, each checked to be this sandbox's."""
     seen: dict[str, str] = {}
     objects: dict[str, str] = {}
     for key, obj in observed.items():
         meta = obj.get("metadata")
         if not isinstance(meta, Mapping):
             meta = {}
+        ownership.check(ws, key, obj, meta)
         name = meta.get("name")
         carried = _carried_name(obj)
         if isinstance(carried, str):
