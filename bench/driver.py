@@ -58,11 +58,37 @@ def request(xr: dict[str, Any], observed: dict[str, dict[str, Any]] | None = Non
     return req.SerializeToString()
 
 
-def _observed(desired: fnv1.RunFunctionResponse) -> dict[str, dict[str, Any]]:
-    """Every desired resource as the cluster reports it once everything is up."""
+def _observed(xr: dict[str, Any], desired: fnv1.RunFunctionResponse) -> dict[str, dict[str, Any]]:
+    """Every desired resource as the cluster reports it once everything is up.
+
+    With the metadata Crossplane adds: the XR's controller reference, its label and the
+    composition-resource name.
+    """
+    meta = xr["metadata"]
+    owner = {
+        "apiVersion": xr["apiVersion"],
+        "kind": xr["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
     out = {}
     for key, r in desired.desired.resources.items():
         obj = resource.struct_to_dict(r.resource)
+        obj["metadata"] |= {
+            "namespace": meta["namespace"],
+            "uid": f"uid-{meta['name']}-{key}",
+            "annotations": {
+                **obj["metadata"].get("annotations", {}),
+                "crossplane.io/composition-resource-name": key,
+            },
+            "labels": {
+                **obj["metadata"].get("labels", {}),
+                "crossplane.io/composite": meta["name"],
+            },
+            "ownerReferences": [owner],
+        }
         kind = obj["kind"]
         if kind == "DataVolume":
             obj["status"] = {"phase": "Succeeded", "progress": "100.0%"}
@@ -117,7 +143,7 @@ def cases() -> list[Case]:
         raw = request(xr)
         if case in ("steady", "large", "kata"):
             # Render once, then ask again with everything observed: Crossplane's steady state.
-            raw = request(xr, _observed(_answer(raw)))
+            raw = request(xr, _observed(xr, _answer(raw)))
         rsp = _answer(raw)
         fatal = any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results)
         out.append(Case(case, raw, rsp.SerializeToString(deterministic=True), fatal))

@@ -8,11 +8,12 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from function.compose import plane, workspace_claim, workspace_volume
+from function.compose import ownership, plane, workspace_claim, workspace_volume
 from function.compose import sandbox as pod_sandbox
 from function.compose.kubernetes_object import API_VERSION as OBJECT_API
 from function.compose.kubernetes_object import unwrap
 from function.compose.lifetime import DEFAULT_TTL_SECONDS, Lifetime, lifetime
+from function.compose.names import resolve
 from function.compose.network_policy import network_policies
 from function.compose.observed import dig
 from function.compose.plane_guards import WORKERS_KEY
@@ -127,6 +128,7 @@ def render(
 ) -> Rendered:
     preset_name, preset = platform.preset(ws.spec.preset)
     image = platform.image(ws.spec.image)
+    ws = resolve(ws, observed)
     _same_runtime(preset_name, preset, observed)
     ignored = _ssh_needs_a_vm(ws, preset_name, preset, platform, observed)
     life = lifetime(ws, preset_name, preset, now)
@@ -161,11 +163,12 @@ def render(
     resources |= network_policies(ws, preset, platform)
     resources |= volume_snapshots(ws, preset_name, preset, observed)
 
+    asks = source.requirements | ownership.vacancies(ws, resources, observed, required)
     judged = workspace_status(
         ws, preset_name, preset, resources, observed, expired=life.expired, restoring=source.waiting
     )
-    rendered = _rendered(resources, observed, judged, warnings, source.requirements, life)
-    return replace(rendered, unfetched=UNFETCHED) if source.requirements else rendered
+    rendered = _rendered(resources, observed, judged, warnings, asks, life)
+    return replace(rendered, unfetched=UNFETCHED if source.requirements else ownership.UNFETCHED)
 
 
 def _render_in_plane(
@@ -218,8 +221,10 @@ def _render_in_plane(
         plane_waiting=target.waiting,
         placing=placing,
     )
-    rendered = _rendered(resources, observed, judged, warnings, target.requirements, life)
-    return replace(rendered, unfetched=target.unfetched())
+    asks = target.requirements | ownership.vacancies(ws, resources, observed, required)
+    rendered = _rendered(resources, observed, judged, warnings, asks, life)
+    unfetched = target.unfetched() if target.requirements else ownership.UNFETCHED
+    return replace(rendered, unfetched=unfetched)
 
 
 def _rendered(  # noqa: PLR0917  # the parts of one answer

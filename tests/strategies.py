@@ -111,3 +111,15 @@ def allowlists(draw: st.DrawFn) -> list[dict[str, Any]]:
         ports = draw(st.lists(st.integers(1, 65535), max_size=3, unique=True))
         entries.append({"cidr": cidr, **({"ports": ports} if ports else {})})
     return entries
+
+
+@st.composite
+def split_pairs(draw: st.DrawFn) -> tuple[tuple[str, str], tuple[str, str]]:
+    """Two (XR, snapshot) pairs that join to one string at different dashes."""
+    words = draw(
+        st.lists(st.from_regex(r"[a-z][a-z0-9]{0,5}", fullmatch=True), min_size=3, max_size=6)
+    )
+    i, j = sorted(
+        draw(st.lists(st.integers(1, len(words) - 1), min_size=2, max_size=2, unique=True))
+    )
+    return ("-".join(words[:i]), "-".join(words[i:])), ("-".join(words[:j]), "-".join(words[j:]))

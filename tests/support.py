@@ -9,6 +9,7 @@ import yaml
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
+from function.compose.names import resolve
 from function.model import parse
 from function.model.platform import SandboxPlatform
 from function.model.spec import WorkspaceSandbox
@@ -54,8 +55,37 @@ def xr(spec: dict[str, Any] | None = None, name: str = "alice-api", **meta: Any)
 
 
 def workspace(spec: dict[str, Any] | None = None, name: str = "alice-api") -> WorkspaceSandbox:
+    """A new sandbox (nothing observed), its children's names resolved as render resolves them."""
     data = xr(spec, name)
-    return parse(WorkspaceSandbox, {"metadata": data["metadata"], "spec": data["spec"]}, "")
+    ws = parse(WorkspaceSandbox, {"metadata": data["metadata"], "spec": data["spec"]}, "")
+    return resolve(ws, {})
+
+
+def owned(observed: dict[str, Any] | None, name: str = "alice-api") -> dict[str, Any]:
+    """Observed objects as Crossplane sends them: controlled by the XR `name`.
+
+    An object whose metadata names its owners (even none) is left as it is.
+    """
+    out: dict[str, Any] = {}
+    for key, obj in (observed or {}).items():
+        if not isinstance(obj.get("metadata", {}), dict):
+            out[key] = obj  # malformed on purpose (the fuzz tests): Crossplane adds nothing
+            continue
+        meta = dict(obj.get("metadata") or {})
+        meta.setdefault("ownerReferences", [owner_reference(name)])
+        out[key] = {**obj, "metadata": meta}
+    return out
+
+
+def owner_reference(name: str = "alice-api", uid: str = "") -> dict[str, Any]:
+    return {
+        "apiVersion": "sandbox.cozystack.io/v1alpha1",
+        "kind": "WorkspaceSandbox",
+        "name": name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
 
 
 def request(
@@ -68,7 +98,9 @@ def request(
         input=resource.dict_to_struct(platform_input() if step_input is None else step_input),
         observed=fnv1.State(composite=fnv1.Resource(resource=resource.dict_to_struct(composite))),
     )
-    for name, obj in (observed or {}).items():
+    meta = composite.get("metadata")
+    xr_name = meta.get("name") if isinstance(meta, dict) else None
+    for name, obj in owned(observed, str(xr_name)).items():
         req.observed.resources[name].resource.update(obj)
     return req
 

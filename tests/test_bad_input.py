@@ -878,8 +878,7 @@ async def test_a_pod_preset_needs_an_oci_image() -> None:
 async def test_switching_runtime_would_strand_the_workspace(
     preset: str, observed_key: str, was: str
 ) -> None:
-    req = request(xr({"preset": preset}))
-    req.observed.resources[observed_key].resource.update({"kind": "Whatever"})
+    req = request(xr({"preset": preset}), {observed_key: {"kind": "Whatever"}})
     rsp = await FunctionRunner(clock=lambda: NOW).RunFunction(req, None)
     runtime = "kata" if preset == "kata" else "kubevirt"
     assert [r.message for r in rsp.results] == [

@@ -19,6 +19,8 @@ from tests.support import (
     PLATFORM,
     load_stream,
     observed_of,
+    owned,
+    owner_reference,
     platform,
     platform_input,
     required_of,
@@ -144,12 +146,16 @@ def test_every_policy_variant_is_schema_valid(
 def test_snapshots_and_a_restored_disk_are_schema_valid() -> None:
     observed = {"workspace-volume": {"status": {"phase": "Succeeded"}}}
     spec = {"snapshots": [{"name": "nightly"}, {"name": "before-refactor"}]}
-    out = render(workspace(spec), PLATFORM, observed, NOW)
+    out = render(workspace(spec), PLATFORM, owned(observed), NOW)
     snapshots = [m for k, m in out.resources.items() if k.startswith("snapshot-")]
     assert len(snapshots) == 2
-    ready = {"status": {"readyToUse": True, "restoreSize": "20Gi"}}
+    ready = {
+        "metadata": {"ownerReferences": [owner_reference("alice-api")]},
+        "status": {"readyToUse": True, "restoreSize": "20Gi"},
+    }
+    nightly = snapshots[1]["metadata"]["name"]
     restored = render(
-        workspace({"restoreFrom": {"snapshot": "alice-api-nightly"}}, "fork"),
+        workspace({"restoreFrom": {"snapshot": nightly}}, "fork"),
         PLATFORM,
         {},
         NOW,

@@ -16,7 +16,16 @@ from celpy.adapter import json_to_cel
 from function.model import Manifest
 from function.render import render
 from tests.schemas import _compile_rule, validate, validate_xrd_object
-from tests.support import NAMESPACE, NOW, PLATFORM, ROOT, load_stream, platform_input, workspace
+from tests.support import (
+    NAMESPACE,
+    NOW,
+    PLATFORM,
+    ROOT,
+    load_stream,
+    owned,
+    platform_input,
+    workspace,
+)
 
 DEPLOY = ROOT / "deploy"
 KUSTOMIZATION = DEPLOY / "kustomization.yaml"
@@ -176,14 +185,16 @@ READY = {"conditions": [{"type": "Ready", "status": "True"}]}
 
 def as_observed(resources: Mapping[str, Manifest]) -> dict[str, Manifest]:
     """What Crossplane observes once every rendered resource exists and reports Ready."""
-    return {
-        key: {**m, "metadata": {**m["metadata"], "namespace": NAMESPACE}, "status": READY}
-        for key, m in resources.items()
-    }
+    return owned(
+        {
+            key: {**m, "metadata": {**m["metadata"], "namespace": NAMESPACE}, "status": READY}
+            for key, m in resources.items()
+        }
+    )
 
 
 def answers(requirements: Mapping[str, Mapping[str, str]]) -> dict[str, list[Manifest]]:
-    """Every required resource the function asks for, existing and Ready."""
+    """Every required resource the function asks for, existing and Ready; names are free."""
     return {
         key: [
             {
@@ -194,7 +205,8 @@ def answers(requirements: Mapping[str, Mapping[str, str]]) -> dict[str, list[Man
             }
         ]
         for key, want in requirements.items()
-    }
+        if not key.startswith("existing-")
+    } | {key: [] for key in requirements if key.startswith("existing-")}
 
 
 def placed(preset: str) -> list[Manifest]:
@@ -212,7 +224,7 @@ def composed_kinds() -> set[tuple[str, str]]:
     """(API group, resource) of every kind the function renders: VMs, pods and planes alike."""
     vm = workspace({"snapshots": [{"name": "before-refactor"}]})
     disk = render(vm, PLATFORM, {}, NOW).resources["workspace-volume"]
-    cloned = {"workspace-volume": {**disk, "status": {"phase": "Succeeded"}}}
+    cloned = owned({"workspace-volume": {**disk, "status": {"phase": "Succeeded"}}})
     with_snapshot = render(vm, PLATFORM, cloned, NOW).resources
     assert "snapshot-before-refactor" in with_snapshot
     # A bigger disk than the DataVolume was made with: an Object grows its PVC.
@@ -1146,7 +1158,7 @@ def test_the_host_policy_checks_every_writer(username: str) -> None:
 def test_the_functions_disk_growth_passes_the_host_policy() -> None:
     ws = workspace({"resources": {"disk": "20Gi"}})
     disk = render(ws, PLATFORM, {}, NOW).resources["workspace-volume"]
-    made = {"workspace-volume": {**disk, "status": {"phase": "Succeeded"}}}
+    made = owned({"workspace-volume": {**disk, "status": {"phase": "Succeeded"}}})
     grown = workspace({"resources": {"disk": "40Gi"}})
     objects = [
         m

@@ -9,10 +9,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from function.compose.names import new_identity
 from function.main import cli
 from tests.support import COMPOSITION, ROOT
 
 FULL = str(ROOT / "examples" / "full" / "xr.yaml")
+# The policies a new sandbox gets are named after its identity.
+BOB = new_identity("bob-frontend")
 
 
 def explain(*args: str) -> tuple[int, str, str]:
@@ -40,7 +43,7 @@ def test_a_named_destination_shows_the_rule_that_decided() -> None:
     assert code == 0
     assert out == (
         "tenant-acme/bob-frontend -> 169.254.169.254:80/TCP: denied: CiliumNetworkPolicy "
-        "tenant-acme/bob-frontend egressDeny[2] matches 169.254.169.254 (toCIDRSet 169.254.0.0/16)\n"
+        f"tenant-acme/{BOB} egressDeny[2] matches 169.254.169.254 (toCIDRSet 169.254.0.0/16)\n"
     )
 
 
@@ -58,7 +61,7 @@ def test_a_caller_on_a_declared_port_and_on_another() -> None:
 def test_without_cilium_node_public_addresses_are_open_unless_listed() -> None:
     code, out, _ = explain("--to", "185.12.64.12", "--port", "22", "--enforcement", "kubernetes")
     assert code == 0
-    assert ": allowed: NetworkPolicy tenant-acme/bob-frontend egress[0]" in out
+    assert f": allowed: NetworkPolicy tenant-acme/{BOB} egress[0]" in out
 
 
 def test_the_sandbox_policies_deny_without_the_baseline_too() -> None:
@@ -96,7 +99,8 @@ def test_a_pod_sandbox_is_judged_by_its_own_policies() -> None:
     assert result.exit_code == 0
     assert result.stdout == (
         "tenant-acme/erin-notebook -> 10.0.0.5:443/TCP: denied: CiliumNetworkPolicy "
-        "tenant-acme/erin-notebook egressDeny[2] matches 10.0.0.5 (toCIDRSet 10.0.0.0/8)\n"
+        f"tenant-acme/{new_identity('erin-notebook')} egressDeny[2] matches 10.0.0.5 "
+        "(toCIDRSet 10.0.0.0/8)\n"
     )
 
 

@@ -7,12 +7,24 @@ import pytest
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
+from function.compose.names import snapshot_name
 from function.errors import FieldError
 from function.fn import FunctionRunner
 from function.render import Rendered, render
 from tests.schemas import validate
 from tests.strategies import KEYS
-from tests.support import NAMESPACE, NOW, PLATFORM, platform, platform_input, request, workspace, xr
+from tests.support import (
+    NAMESPACE,
+    NOW,
+    PLATFORM,
+    owned,
+    owner_reference,
+    platform,
+    platform_input,
+    request,
+    workspace,
+    xr,
+)
 
 DISK_READY = {"status": {"phase": "Succeeded"}}
 RUNNING = {"status": {"printableStatus": "Running", "ready": True}}
@@ -29,7 +41,7 @@ def run(spec: dict[str, Any], observed: dict[str, Any] | None = None, **kw: Any)
     return render(
         workspace(spec),
         kw.pop("p", PLATFORM),
-        observed or {},
+        owned(observed),
         kw.pop("now", NOW),
         kw.pop("required", None),
     )
@@ -146,7 +158,7 @@ def test_a_snapshot_of_a_suspended_sandbox_is_clean_and_stays_so() -> None:
     )
     assert snapshot_entry(later) == {
         "name": "nightly",
-        "volumeSnapshot": "alice-api-nightly",
+        "volumeSnapshot": snapshot_name(workspace(SNAP), "nightly"),
         "readyToUse": True,
         "restoreSize": "20Gi",
         "creationTime": "2026-11-29T11:00:00Z",
@@ -220,9 +232,18 @@ RESTORE = {"restoreFrom": {"snapshot": "bob-frontend-nightly"}}
 READY_SNAPSHOT = {
     "apiVersion": "snapshot.storage.k8s.io/v1",
     "kind": "VolumeSnapshot",
-    "metadata": {"name": "bob-frontend-nightly", "namespace": NAMESPACE},
+    "metadata": {
+        "name": "bob-frontend-nightly",
+        "namespace": NAMESPACE,
+        "ownerReferences": [owner_reference("bob-frontend")],
+    },
     "status": {"readyToUse": True, "restoreSize": "30Gi"},
 }
+
+
+def asked(out: Rendered) -> dict[str, Any]:
+    """What the render requires besides the look-ups of the names it is about to take."""
+    return {k: v for k, v in out.requirements.items() if not k.startswith("existing-")}
 
 
 @pytest.mark.parametrize(
@@ -249,7 +270,7 @@ def test_restore_composes_no_disk_until_the_snapshot_is_ready(required: Any, mes
     out = run(RESTORE, required=required)
     assert "workspace-volume" not in out.resources
     assert "vm" not in out.resources
-    assert out.requirements == {
+    assert asked(out) == {
         "restore-snapshot": {
             "apiVersion": "snapshot.storage.k8s.io/v1",
             "kind": "VolumeSnapshot",
@@ -295,7 +316,7 @@ def test_once_the_disk_exists_the_snapshot_no_longer_matters() -> None:
         }
     }
     out = run(RESTORE, {"workspace-volume": disk}, required={"restore-snapshot": []})
-    assert out.requirements == {}
+    assert asked(out) == {}
     assert out.resources["workspace-volume"]["spec"] == disk["spec"]
 
 

@@ -12,7 +12,7 @@ from function.errors import FieldError
 from function.model.platform import SandboxPlatform
 from function.model.quantity import parse_bytes
 from function.render import Rendered, render
-from tests.support import NOW, platform, platform_input, workspace
+from tests.support import NOW, owned, platform, platform_input, workspace
 
 DEBIAN = "docker.io/library/debian@sha256:" + "ab" * 32
 
@@ -103,6 +103,7 @@ class SandboxLife(RuleBasedStateMachine):
         self.observed: dict[str, Any] = {}
         self.now = NOW
         self.first_source: Any = None
+        self.first_name: str | None = None
         self.largest_disk = 0
         self.last: Rendered | None = None
         self.refused = False
@@ -111,7 +112,7 @@ class SandboxLife(RuleBasedStateMachine):
 
     def _reconcile(self) -> None:
         try:
-            out = render(workspace(self.spec), self.PLATFORM, self.observed, self.now)
+            out = render(workspace(self.spec), self.PLATFORM, owned(self.observed), self.now)
         except FieldError:
             self.refused = True  # a FATAL result applies and deletes nothing
             return
@@ -185,7 +186,9 @@ class SandboxLife(RuleBasedStateMachine):
         assert (source or "none") == self.first_source
         assert size >= self.largest_disk
         self.largest_disk = size
-        assert name == "alice-api-workspace"
+        # Once made, the disk keeps its name: a new name would be a new, empty disk.
+        self.first_name = self.first_name or name
+        assert name == self.first_name
 
     @precondition(lambda self: self.last is not None and not self.refused)
     @invariant()
@@ -210,7 +213,7 @@ class SandboxLife(RuleBasedStateMachine):
     @invariant()
     def a_refusal_is_only_ever_a_shrink(self) -> None:
         try:
-            render(workspace(self.spec), self.PLATFORM, self.observed, self.now)
+            render(workspace(self.spec), self.PLATFORM, owned(self.observed), self.now)
         except FieldError as err:
             assert err.path == "spec.resources.disk"
             assert "disks never shrink" in err.message

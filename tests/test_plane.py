@@ -31,7 +31,18 @@ from function.compose.kubernetes_object import (
     STATEFULSET_STOPPED,
     condition_query,
 )
-from function.compose.names import EGRESS_LABEL, WORKSPACE_LABEL
+from function.compose.names import (
+    EGRESS_LABEL,
+    WORKSPACE_LABEL,
+    new_identity,
+    object_name,
+    plane_name,
+    plane_namespace,
+    provider_config_name,
+    service_account_name,
+    snapshot_name,
+    workspace_volume_name,
+)
 from function.errors import FieldError
 from function.fn import FunctionRunner
 from function.model import Manifest
@@ -55,6 +66,7 @@ from tests.support import (
     NAMESPACE,
     NOW,
     PLATFORM,
+    owned,
     platform,
     platform_input,
     request,
@@ -67,10 +79,15 @@ Required = dict[str, list[Manifest]]
 
 OBJECT_API = "kubernetes.m.crossplane.io/v1alpha1"
 PLANE_API = "apps.cozystack.io/v1alpha1"
-IN_PLANE = "sandbox-alice-api"  # the sandbox's own namespace inside the plane
+# The names a new sandbox alice-api gets (they don't depend on its spec).
+_ALICE = workspace()
+IN_PLANE = plane_namespace(_ALICE)  # the sandbox's own namespace inside the plane
+IDENTITY = new_identity("alice-api")
+CLAIM = workspace_volume_name(_ALICE)
+PROVIDER_CONFIG = provider_config_name(_ALICE)
 LABELS = {
     "app.kubernetes.io/managed-by": "function-workspace-sandbox",
-    "sandbox.cozystack.io/workspace": "alice-api",
+    "sandbox.cozystack.io/workspace": IDENTITY,
 }
 DEDICATED_MANAGEMENT = ["Observe", "Create", "Update"]
 STAGE_ONE = ["plane-access", "plane-guard", "plane-namespace"]
@@ -155,7 +172,7 @@ class Placement:
 
 
 SHARED = Placement("shared-plane", "computeplane", PLATFORM, "statefulset")
-DEDICATED = Placement("dedicated-plane", "alice-api-plane", PLATFORM, "statefulset")
+DEDICATED = Placement("dedicated-plane", plane_name(workspace()), PLATFORM, "statefulset")
 PLACEMENTS = [
     pytest.param(SHARED, id="shared-statefulset"),
     pytest.param(DEDICATED, id="dedicated-statefulset"),
@@ -190,12 +207,15 @@ def plane_world(
     *,
     exists: bool = True,
     secret: bool = True,
+    name: str = "alice-api",
 ) -> tuple[Observed, Required]:
     """What Crossplane observes of a dedicated plane and answers to the requirements.
 
     A dedicated plane is a composed resource, so it is observed; a shared one is the tenant's
     and only ever a required resource. The Secret is answered by name, without data.
     """
+    if p.dedicated:
+        p = replace(p, plane=plane_name(workspace(name=name)))
     found = [compute_plane(p, plane)] if exists else []
     kubeconfig: Manifest = {
         "apiVersion": "v1",
@@ -317,7 +337,7 @@ def run(
     name: str = "alice-api",
 ) -> Rendered:
     ws = workspace({"preset": p.preset, **(spec or {})}, name)
-    return render(ws, p.platform, observed or {}, NOW, required)
+    return render(ws, p.platform, owned(observed, name), NOW, required)
 
 
 def converge(
@@ -327,7 +347,7 @@ def converge(
     name: str = "alice-api",
 ) -> tuple[Rendered, Observed]:
     """Render and apply until nothing changes, with the plane ready: the settled sandbox."""
-    world, required = plane_world(p)
+    world, required = plane_world(p, name=name)
     now = dict(observed or {})
     for _ in range(8):
         out = run(p, spec, {**now, **world}, required, name)
@@ -383,6 +403,11 @@ def _status(p: Placement, phase: str, **extra: Any) -> dict[str, Any]:
     }
 
 
+def asked(out: Rendered) -> dict[str, dict[str, str]]:
+    """What the render requires besides the look-ups of the names it is about to take."""
+    return {k: v for k, v in out.requirements.items() if not k.startswith("existing-")}
+
+
 def _requirements(p: Placement) -> dict[str, dict[str, str]]:
     secret = {"apiVersion": "v1", "kind": "Secret", "name": p.secret, "namespace": NAMESPACE}
     if p.dedicated:
@@ -402,7 +427,7 @@ def _requirements(p: Placement) -> dict[str, dict[str, str]]:
         ),
         pytest.param(
             DEDICATED,
-            "waiting for ComputePlane 'alice-api-plane' to be created",
+            f"waiting for ComputePlane {DEDICATED.plane!r} to be created",
             id="dedicated-not-observed-yet",
         ),
     ],
@@ -413,7 +438,7 @@ def test_a_missing_plane_gets_nothing_placed_into_it(p: Placement, message: str)
     assert sorted(out.resources) == p.own
     assert out.status == _status(p, "Pending")
     assert provisioned(out) == ("False", "WaitingForComputePlane", message)
-    assert out.requirements == _requirements(p)
+    assert asked(out) == _requirements(p)
     assert out.composite_ready is False
     # Crossplane's first call carries no required resources at all: the same answer.
     assert run(p, {}, observed).resources == out.resources
@@ -424,7 +449,7 @@ def test_a_dedicated_plane_is_composed_from_the_preset() -> None:
     assert out.resources["compute-plane"] == {
         "apiVersion": PLANE_API,
         "kind": "ComputePlane",
-        "metadata": {"name": "alice-api-plane", "labels": LABELS},
+        "metadata": {"name": DEDICATED.plane, "labels": LABELS},
         "spec": {
             "nodeGroups": {
                 "md0": {
@@ -468,7 +493,7 @@ def test_an_unready_plane_gets_nothing_placed_into_it(
     assert out.status == _status(p, "Pending")
     message = f"waiting for ComputePlane {p.plane!r} to be ready: {why}"
     assert provisioned(out) == ("False", "WaitingForComputePlane", message)
-    assert out.requirements == _requirements(p)
+    assert asked(out) == _requirements(p)
 
 
 @pytest.mark.parametrize("p", BOTH)
@@ -490,7 +515,7 @@ def test_a_ready_plane_gets_its_access_and_the_namespace_first(p: Placement) -> 
         "apiVersion": OBJECT_API,
         "kind": "ProviderConfig",
         "metadata": {
-            "name": "alice-api-plane-access",
+            "name": PROVIDER_CONFIG,
             "labels": LABELS,
             # The plane it was placed in, which it never leaves.
             "annotations": {"sandbox.cozystack.io/compute-plane": p.plane},
@@ -506,7 +531,7 @@ def test_a_ready_plane_gets_its_access_and_the_namespace_first(p: Placement) -> 
     assert out.resources["plane-namespace"] == {
         "apiVersion": OBJECT_API,
         "kind": "Object",
-        "metadata": {"name": "alice-api-plane-namespace", "labels": LABELS},
+        "metadata": {"name": object_name(_ALICE, "plane-namespace"), "labels": LABELS},
         "spec": {
             "forProvider": {
                 "manifest": {
@@ -523,7 +548,7 @@ def test_a_ready_plane_gets_its_access_and_the_namespace_first(p: Placement) -> 
                     },
                 }
             },
-            "providerConfigRef": {"kind": "ProviderConfig", "name": "alice-api-plane-access"},
+            "providerConfigRef": {"kind": "ProviderConfig", "name": PROVIDER_CONFIG},
             "readiness": {
                 "policy": "DeriveFromCelQuery",
                 "celQuery": "has(object.status) && object.status.phase == 'Active'",
@@ -619,12 +644,12 @@ def test_the_workload_comes_last_and_runs_one_pod(p: Placement) -> None:
     workload = inner(out, p.workload)
     assert workload["metadata"]["namespace"] == IN_PLANE
     assert pod_template(workload)["metadata"]["labels"] == {
-        WORKSPACE_LABEL: "alice-api",
+        WORKSPACE_LABEL: IDENTITY,
         EGRESS_LABEL: "Internet",
     }
     if p.workload == "statefulset":
         # A StatefulSet's selector can't change: it stays the identity alone.
-        assert workload["spec"]["selector"] == {"matchLabels": {WORKSPACE_LABEL: "alice-api"}}
+        assert workload["spec"]["selector"] == {"matchLabels": {WORKSPACE_LABEL: IDENTITY}}
     if p.workload == "statefulset":
         assert workload["spec"]["replicas"] == 1
         assert out.resources[p.workload]["spec"]["readiness"]["celQuery"] == STATEFULSET_RUNNING
@@ -636,9 +661,9 @@ def test_the_workload_comes_last_and_runs_one_pod(p: Placement) -> None:
     volumes = pod_spec(workload)["volumes"]
     assert volumes[0] == {
         "name": "workspace",
-        "persistentVolumeClaim": {"claimName": "alice-api-workspace"},
+        "persistentVolumeClaim": {"claimName": CLAIM},
     }
-    assert inner(out, "workspace-claim")["metadata"]["name"] == "alice-api-workspace"
+    assert inner(out, "workspace-claim")["metadata"]["name"] == CLAIM
 
 
 @pytest.mark.parametrize("p", PLACEMENTS)
@@ -647,8 +672,8 @@ def test_a_ready_workload_makes_the_sandbox_running(p: Placement) -> None:
     assert out.status == _status(
         p,
         "Running",
-        endpoint="alice-api.sandbox-alice-api.svc",
-        workspaceVolume="alice-api-workspace",
+        endpoint=f"{IDENTITY}.{IN_PLANE}.svc",
+        workspaceVolume=CLAIM,
     )
     assert [(c.type, c.status, c.reason, c.message) for c in out.conditions] == [
         ("Provisioned", "True", "Provisioned", "the pod is running and ready"),
@@ -679,7 +704,7 @@ def test_a_snapshot_waits_for_the_workspace_claim_then_snapshots_it(p: Placement
     early = _after(p, spec, 2)
     assert p.workload in early.resources
     assert "snapshot-nightly" not in early.resources
-    entry = {"name": "nightly", "volumeSnapshot": "alice-api-nightly"}
+    entry = {"name": "nightly", "volumeSnapshot": snapshot_name(_ALICE, "nightly")}
     assert early.status["snapshots"] == [
         {
             **entry,
@@ -693,14 +718,14 @@ def test_a_snapshot_waits_for_the_workspace_claim_then_snapshots_it(p: Placement
         "apiVersion": "snapshot.storage.k8s.io/v1",
         "kind": "VolumeSnapshot",
         "metadata": {
-            "name": "alice-api-nightly",
+            "name": snapshot_name(_ALICE, "nightly"),
             "labels": LABELS,
             "annotations": {"sandbox.cozystack.io/consistency": "Crash"},
             "namespace": IN_PLANE,
         },
         "spec": {
             "volumeSnapshotClassName": "kubevirt",
-            "source": {"persistentVolumeClaimName": "alice-api-workspace"},
+            "source": {"persistentVolumeClaimName": CLAIM},
         },
     }
     assert out.status["snapshots"] == [
@@ -741,8 +766,8 @@ def test_suspending_scales_the_pod_away_and_keeps_the_claim(p: Placement) -> Non
     assert stopped.status == _status(
         p,
         "Suspended",
-        endpoint="alice-api.sandbox-alice-api.svc",
-        workspaceVolume="alice-api-workspace",
+        endpoint=f"{IDENTITY}.{IN_PLANE}.svc",
+        workspaceVolume=CLAIM,
     )
     assert [(c.type, c.status, c.reason, c.message) for c in stopped.conditions[:2]] == [
         ("Provisioned", "True", "Provisioned", "the workspace claim is kept"),
@@ -755,7 +780,7 @@ def test_suspending_scales_the_pod_away_and_keeps_the_claim(p: Placement) -> Non
 GONE = {
     "shared-plane": "ComputePlane 'computeplane' does not exist in namespace 'tenant-acme'; preset "
     "'shared-plane' places sandboxes into it, so create it first",
-    "dedicated-plane": "waiting for ComputePlane 'alice-api-plane' to be created",
+    "dedicated-plane": f"waiting for ComputePlane {DEDICATED.plane!r} to be created",
 }
 
 
@@ -801,7 +826,7 @@ def test_a_larger_disk_grows_the_claim(p: Placement) -> None:
     assert claim == {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "alice-api-workspace", "labels": LABELS, "namespace": IN_PLANE},
+        "metadata": {"name": CLAIM, "labels": LABELS, "namespace": IN_PLANE},
         "spec": {
             "resources": {"requests": {"storage": "30Gi"}},
             "accessModes": ["ReadWriteOnce"],
@@ -888,8 +913,8 @@ UNFETCHED = {
     ),
     "dedicated": (
         "spec.preset: this Crossplane doesn't fetch required resources, so Secret "
-        "'alice-api-plane-cluster-admin-kubeconfig' can't be looked up; the sandbox can't be "
-        "placed into ComputePlane 'alice-api-plane' until it can"
+        f"'{plane_name(_ALICE)}-cluster-admin-kubeconfig' can't be looked up; the sandbox "
+        f"can't be placed into ComputePlane '{plane_name(_ALICE)}' until it can"
     ),
 }
 
@@ -972,7 +997,7 @@ def test_a_placed_sandbox_cannot_leave_for_a_namespace_preset(
 ) -> None:
     _, running = converge(p)
     with pytest.raises(FieldError) as err:
-        render(workspace({"preset": preset}), p.platform, running, NOW, {})
+        render(workspace({"preset": preset}), p.platform, owned(running), NOW, {})
     assert err.value.path == "spec.preset"
     assert err.value.message.startswith(f"preset {preset!r} runs {runs}, {LEAVING}.")
 
@@ -981,7 +1006,7 @@ def test_a_placed_sandbox_cannot_leave_for_a_namespace_preset(
 def test_leaving_a_plane_is_not_advised_through_a_restore_that_cannot_work(p: Placement) -> None:
     _, running = converge(p)
     with pytest.raises(FieldError) as err:
-        render(workspace({"preset": "gvisor"}), p.platform, running, NOW, {})
+        render(workspace({"preset": "gvisor"}), p.platform, owned(running), NOW, {})
     assert "restore" not in err.value.message
     assert err.value.message.endswith("Keep the preset, or create a new sandbox")
 
@@ -1116,7 +1141,7 @@ def test_every_wrapped_pod_passes_pod_security(p: Placement, spec: dict[str, Any
     out, _ = converge(p, spec)
     pod = pod_spec(inner(out, p.workload))
     account = inner(out, "service-account")["metadata"]["name"]
-    assert account == "alice-api-sandbox"
+    assert account == service_account_name(_ALICE)
     assert all_violations(pod, service_account=account) == expected_violations(p)
 
 
@@ -1188,7 +1213,7 @@ def agent_sandbox(*conditions: tuple[str, str, str], mode: str = "Running") -> M
 def volume_snapshot(**status: Any) -> Manifest:
     spec = {
         "volumeSnapshotClassName": "kubevirt",
-        "source": {"persistentVolumeClaimName": "alice-api-workspace"},
+        "source": {"persistentVolumeClaimName": CLAIM},
     }
     snap = _meta("VolumeSnapshot", "snapshot.storage.k8s.io/v1", spec=spec)
     if not status:
@@ -1447,22 +1472,20 @@ def _internet_policies(p: Placement) -> tuple[Manifest, ...]:
 
 def test_the_plane_model_places_both_sandboxes_in_their_own_namespaces() -> None:
     env = plane_environment(SHARED)
-    assert env.workload("alice-api").namespace == "sandbox-alice-api"
-    assert env.workload("bob-frontend").namespace == "sandbox-bob-frontend"
+    bob = plane_namespace(workspace(name="bob-frontend"))
+    assert env.workload("alice-api").namespace == IN_PLANE
+    assert env.workload("bob-frontend").namespace == bob
     assert env.workload("alice-api").labels == {
-        WORKSPACE_LABEL: "alice-api",
+        WORKSPACE_LABEL: IDENTITY,
         EGRESS_LABEL: "Internet",
     }
-    assert (
-        env.namespace_labels_of("sandbox-alice-api")["pod-security.kubernetes.io/enforce"]
-        == "restricted"
-    )
+    assert env.namespace_labels_of(IN_PLANE)["pod-security.kubernetes.io/enforce"] == "restricted"
     policies = _internet_policies(SHARED)
     assert sorted((m["kind"], m["metadata"]["namespace"]) for m in policies) == [
-        ("CiliumNetworkPolicy", "sandbox-alice-api"),
-        ("CiliumNetworkPolicy", "sandbox-bob-frontend"),
-        ("NetworkPolicy", "sandbox-alice-api"),
-        ("NetworkPolicy", "sandbox-bob-frontend"),
+        ("CiliumNetworkPolicy", IN_PLANE),
+        ("CiliumNetworkPolicy", bob),
+        ("NetworkPolicy", IN_PLANE),
+        ("NetworkPolicy", bob),
     ]
 
 
@@ -1660,7 +1683,7 @@ def test_placed_sandboxes_stay_in_their_namespace_and_keep_their_claim(
     claimed = False
     namespaces = set()
     for state in [*worlds, "ready", "ready", "ready", "ready"]:
-        world, required = plane_world(p, **WORLDS[state])
+        world, required = plane_world(p, **WORLDS[state], name=name)
         out = run(p, spec, {**observed, **world}, required, name=name)
         # Nothing once placed ever leaves the desired state; the claim least of all.
         assert set(observed) <= set(out.resources)

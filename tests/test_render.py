@@ -2,8 +2,10 @@
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -11,14 +13,26 @@ from function.compose.names import EGRESS_LABEL, WORKSPACE_LABEL, identity_label
 from function.compose.readiness import is_ready
 from function.errors import FieldError
 from function.render import Rendered, render
-from tests.strategies import specs, xr_names
-from tests.support import NOW, PLATFORM, workspace
+from tests.legacy_names import legacy, legacy_hash_collision
+from tests.strategies import specs, split_pairs, xr_names
+from tests.support import (
+    EXAMPLES,
+    NOW,
+    PLATFORM,
+    load_stream,
+    observed_of,
+    owned,
+    required_of,
+    workspace,
+)
+
+WITH_OBSERVED = [c for c in EXAMPLES if (c / "observed.yaml").exists()]
 
 DNS_1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
 
 def rendered(spec: dict[str, Any], name: str = "alice-api", observed: Any = None) -> Rendered:
-    return render(workspace(spec, name), PLATFORM, observed or {}, NOW)
+    return render(workspace(spec, name), PLATFORM, owned(observed, name), NOW)
 
 
 def as_observed(out: Rendered) -> dict[str, Any]:
@@ -69,7 +83,8 @@ def test_a_spec_change_never_drops_an_existing_resource(
 def test_every_name_is_a_dns_label_derived_from_the_xr(spec: dict[str, Any], name: str) -> None:
     out = rendered(spec, name)
     for manifest in out.resources.values():
-        assert len(manifest["metadata"]["name"]) <= 63
+        # 52: room for the revision hash a StatefulSet appends in a label, and a Helm release.
+        assert len(manifest["metadata"]["name"]) <= 52
         assert DNS_1035.fullmatch(manifest["metadata"]["name"])
     assert rendered(spec, name) == out
 
@@ -78,6 +93,77 @@ def test_every_name_is_a_dns_label_derived_from_the_xr(spec: dict[str, Any], nam
 def test_different_workspaces_never_share_an_identity(a: str, b: str) -> None:
     if a != b:
         assert identity_labels(workspace(name=a)) != identity_labels(workspace(name=b))
+
+
+# --- DESIGN invariant 10: no two XRs compose one name, even XRs built to collide --------------
+
+DISK_MADE = {"workspace-volume": {"status": {"phase": "Succeeded"}}}
+
+
+def composed(name: str, snapshot: str | None = None) -> tuple[str, set[tuple[str, str]]]:
+    """A new sandbox's identity, and (kind, name) of everything it composes."""
+    spec = {"snapshots": [{"name": snapshot}]} if snapshot else {}
+    out = rendered(spec, name, DISK_MADE if snapshot else None)
+    identity = out.resources["vm"]["spec"]["template"]["metadata"]["labels"][WORKSPACE_LABEL]
+    return identity, {(m["kind"], m["metadata"]["name"]) for m in out.resources.values()}
+
+
+def apart(one: tuple[str, set[tuple[str, str]]], other: tuple[str, set[tuple[str, str]]]) -> None:
+    assert one[0] != other[0], "one identity: each sandbox's policies and Service select both"
+    assert not one[1] & other[1], "one name for two objects: the later apply takes the other's"
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        # Literal and hashed names shared one space: XR a.b's legacy name is a name of its own.
+        pytest.param("a.b", "a-b-2e7336dc", id="a-dotted-name-and-its-hash"),
+        pytest.param("0.ws", legacy("0.ws"), id="a-leading-digit-and-its-hash"),
+        pytest.param(*legacy_hash_collision(), id="a-birthday-collision-of-32-bits"),
+    ],
+)
+def test_xrs_built_to_collide_compose_nothing_in_common(a: str, b: str) -> None:
+    apart(composed(a), composed(b))
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [pytest.param(("a", "b-c"), ("a-b", "c"), id="xr-a-snapshot-b-c-and-xr-a-b-snapshot-c")],
+)
+def test_snapshots_built_to_collide_are_two_volume_snapshots(
+    one: tuple[str, str], other: tuple[str, str]
+) -> None:
+    apart(composed(*one), composed(*other))
+
+
+@given(pair=split_pairs())
+def test_every_xr_and_snapshot_split_of_one_string_composes_apart(
+    pair: tuple[tuple[str, str], tuple[str, str]],
+) -> None:
+    apart(composed(*pair[0]), composed(*pair[1]))
+
+
+@pytest.mark.parametrize("case", WITH_OBSERVED, ids=[c.name for c in WITH_OBSERVED])
+def test_an_existing_sandbox_keeps_every_name_it_has(case: Path) -> None:
+    """Byte for byte: the name of each observed object, of each object an Object carries, and
+    the identity label, whatever the scheme new sandboxes get."""
+    composite = load_stream(case / "xr.yaml")[0]
+    ws = workspace(composite["spec"], composite["metadata"]["name"])
+    observed = observed_of(case)
+    first = render(ws, PLATFORM, observed, NOW)
+    out = render(ws, PLATFORM, observed, NOW, required_of(case, first.requirements))
+    kept = set(observed) & set(out.resources)
+    assert kept
+    for key in kept:
+        was, now = observed[key], out.resources[key]
+        assert now["metadata"]["name"] == was["metadata"]["name"], key
+        assert (
+            now["metadata"]["labels"][WORKSPACE_LABEL]
+            == (was["metadata"]["labels"][WORKSPACE_LABEL])
+        ), key
+        if now["kind"] == "Object":
+            inner, seen = (m["spec"]["forProvider"]["manifest"] for m in (now, was))
+            assert inner["metadata"]["name"] == seen["metadata"]["name"], key
 
 
 @given(spec=specs, name=xr_names)

@@ -325,7 +325,7 @@ def _cilium_policy(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatfo
     return {
         "apiVersion": "cilium.io/v2",
         "kind": "CiliumNetworkPolicy",
-        "metadata": {"name": sandbox_name(ws), "labels": labels(ws)},
+        "metadata": {"name": sandbox_name(ws, CILIUM_KEY), "labels": labels(ws)},
         "spec": {
             "description": f"Isolation of sandbox {ws.metadata.name}: denies win over every allow.",
             "endpointSelector": {"matchLabels": identity},
@@ -395,7 +395,7 @@ def _kubernetes_policy(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPl
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": {"name": sandbox_name(ws), "labels": labels(ws)},
+        "metadata": {"name": sandbox_name(ws, KUBERNETES_KEY), "labels": labels(ws)},
         "spec": {
             "podSelector": {"matchLabels": identity_labels(ws)},
             "policyTypes": ["Ingress", "Egress"],

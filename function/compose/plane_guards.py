@@ -22,7 +22,7 @@ WorkspaceSandbox deletes what it composed in no particular order. Three things c
 from typing import Any
 
 from function.compose.guard import guard_policy
-from function.compose.names import dns_label, labels
+from function.compose.names import child_name, labels
 from function.compose.network_policy import DENIED_ENTITIES, KUBE_DNS, MAX_PORT, NAMESPACE
 from function.model import Manifest
 from function.model.address import Network, ip_text
@@ -102,7 +102,7 @@ def workers_policy(
     policy = {
         "apiVersion": "cilium.io/v2",
         "kind": "CiliumNetworkPolicy",
-        "metadata": {"name": dns_label(ws.metadata.name, WORKERS_KEY), "labels": labels(ws)},
+        "metadata": {"name": child_name(ws, WORKERS_KEY), "labels": labels(ws)},
         "spec": {
             "description": f"A sandbox's egress denies on the worker VMs of {cluster}, but "
             "for their own namespace, kube-dns and the ingress to their control plane.",
@@ -138,7 +138,7 @@ def usages(
         out[key] = {
             "apiVersion": USAGE_API,
             "kind": "Usage",
-            "metadata": {"name": dns_label(ws.metadata.name, key), "labels": labels(ws)},
+            "metadata": {"name": child_name(ws, key), "labels": labels(ws)},
             "spec": {
                 "of": _reference(resources[used]),
                 "by": _reference(resources[user]),

@@ -2,8 +2,9 @@
 
 `spec.restoreFrom` is read at creation only. The function asks Crossplane for the snapshot as a
 required resource and composes no disk (and no VM) until it exists and is ready to use, so a
-restore never starts from a half-taken snapshot. Once the disk exists, the snapshot no longer
-matters (it may even be deleted), and the disk's source can't be changed.
+restore never starts from a half-taken snapshot, and only from one a WorkspaceSandbox took (a
+VolumeSnapshot of any other origin in the namespace is refused). Once the disk exists, the
+snapshot no longer matters (it may even be deleted), and the disk's source can't be changed.
 """
 
 from collections.abc import Mapping
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from function.compose import sandbox, workspace_claim, workspace_volume
+from function.compose import ownership, sandbox, workspace_claim, workspace_volume
 from function.compose.observed import dig
 from function.errors import FieldError
 from function.model import Manifest, Observed
@@ -89,6 +90,7 @@ def restore(
     if not found:
         return Restore(ask, f"waiting for VolumeSnapshot {name!r} in {namespace!r} to exist")
     snapshot = found[0]
+    ownership.check_snapshot(snapshot, name)
     if dig(snapshot, "status", "readyToUse") is not True:
         return Restore(ask, f"waiting for VolumeSnapshot {name!r} to be ready to use")
     size = dig(snapshot, "status", "restoreSize")

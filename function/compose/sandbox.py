@@ -139,7 +139,7 @@ def sandbox(
         KEY: {
             "apiVersion": "agents.x-k8s.io/v1beta1",
             "kind": "Sandbox",
-            "metadata": {"name": sandbox_name(ws), "labels": labels(ws)},
+            "metadata": {"name": sandbox_name(ws, KEY), "labels": labels(ws)},
             "spec": {
                 "operatingMode": OPERATING_MODE[ws.spec.power],
                 # Our own ClusterIP Service has the sandbox's name; the controller's headless

@@ -44,7 +44,7 @@ def service(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform) -> 
         KEY: {
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": {"name": sandbox_name(ws), "labels": labels(ws)},
+            "metadata": {"name": sandbox_name(ws, KEY), "labels": labels(ws)},
             "spec": {
                 "type": "ClusterIP",
                 "selector": identity_labels(ws),

@@ -8,7 +8,7 @@ Suspending scales to zero: the pod goes, the claim stays.
 from collections.abc import Mapping
 from typing import Any
 
-from function.compose.names import identity_labels, labels, pod_labels, sandbox_name
+from function.compose.names import SERVICE_KEY, identity_labels, labels, pod_labels, sandbox_name
 from function.compose.observed import dig
 from function.compose.sandbox import pod_spec
 from function.compose.sizing import Size
@@ -27,10 +27,10 @@ def statefulset(
         KEY: {
             "apiVersion": "apps/v1",
             "kind": "StatefulSet",
-            "metadata": {"name": sandbox_name(ws), "labels": labels(ws)},
+            "metadata": {"name": sandbox_name(ws, KEY), "labels": labels(ws)},
             "spec": {
                 "replicas": REPLICAS[ws.spec.power],
-                "serviceName": sandbox_name(ws),
+                "serviceName": sandbox_name(ws, SERVICE_KEY),
                 "selector": {"matchLabels": identity_labels(ws)},
                 "template": {
                     "metadata": {"labels": pod_labels(ws)},

@@ -17,7 +17,13 @@ from function.compose import (
     workspace_claim,
     workspace_volume,
 )
-from function.compose.names import claim_name, plane_namespace, sandbox_name, snapshot_name
+from function.compose.names import (
+    SERVICE_KEY,
+    claim_name,
+    plane_namespace,
+    sandbox_name,
+    snapshot_name,
+)
 from function.compose.observed import condition, dig
 from function.compose.readiness import DISK_READY_PHASES
 from function.model import Manifest, Observed
@@ -222,7 +228,7 @@ def _where(ws: WorkspaceSandbox, observed: Observed, plane: str | None) -> dict[
     out = {} if plane is None else {"computePlane": plane}
     namespace = ws.metadata.namespace if plane is None else plane_namespace(ws)
     if "service" in observed:
-        out["endpoint"] = f"{sandbox_name(ws)}.{namespace}.svc"
+        out["endpoint"] = f"{sandbox_name(ws, SERVICE_KEY)}.{namespace}.svc"
     if workspace_volume.KEY in observed or workspace_claim.KEY in observed:
         out["workspaceVolume"] = claim_name(ws)
     elif sandbox.observed_claims(observed):

@@ -106,7 +106,7 @@ def virtual_machine(
         KEY: {
             "apiVersion": "kubevirt.io/v1",
             "kind": "VirtualMachine",
-            "metadata": {"name": sandbox_name(ws), "labels": labels(ws)},
+            "metadata": {"name": sandbox_name(ws, KEY), "labels": labels(ws)},
             "spec": spec,
         }
     }

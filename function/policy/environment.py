@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from ipaddress import IPv4Address, IPv6Address, IPv6Network, ip_address, ip_network
 
+from function.compose.names import WORKSPACE_LABEL, new_identity
 from function.model.address import ip_text
 
 Address = IPv4Address | IPv6Address
@@ -307,12 +308,13 @@ _COZY_NAMESPACES: Mapping[str, Mapping[str, str]] = {
     "cozy-grafana-operator": _SYSTEM,
 }
 
-WORKSPACE = "sandbox.cozystack.io/workspace"
 _VIRT_LAUNCHER = {"kubevirt.io": "virt-launcher"}
 
 
 def _sandbox(name: str, namespace: str, ips: tuple[str, ...], node: str) -> Workload:
-    labels = {WORKSPACE: name, **_VIRT_LAUNCHER, "vm.kubevirt.io/name": name}
+    """The pod of the sandbox the XR `name` becomes: its VM and its label are its identity."""
+    identity = new_identity(name)
+    labels = {WORKSPACE_LABEL: identity, **_VIRT_LAUNCHER, "vm.kubevirt.io/name": identity}
     return Workload(name, namespace, labels, ips, node)
 
 
@@ -409,7 +411,7 @@ _SERVICES = (
         "bob-frontend",
         "tenant-acme",
         ("10.96.100.22", "fd00:10:96::6416"),
-        {WORKSPACE: "bob-frontend"},
+        {WORKSPACE_LABEL: new_identity("bob-frontend")},
     ),
     # A Service whose pods are all gone: its VIP leads nowhere.
     Service("orphan", "tenant-acme", ("10.96.100.99",), {"app": "gone"}),

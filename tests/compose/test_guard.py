@@ -5,7 +5,7 @@ import yaml
 from click.testing import CliRunner
 
 from function.compose.guard import guard_policy
-from function.compose.names import EGRESS_LABEL, WORKSPACE_LABEL
+from function.compose.names import EGRESS_LABEL, WORKSPACE_LABEL, new_identity
 from function.compose.network_policy import egress_denies
 from function.main import cli
 from function.model import parse
@@ -69,9 +69,9 @@ def test_every_sandbox_pod_carries_its_egress_mode_for_the_guard(preset: str, mo
         out["vm"]["spec"]["template"] if "vm" in out else out["sandbox"]["spec"]["podTemplate"]
     )
     labels = template["metadata"]["labels"]
-    assert labels == {WORKSPACE_LABEL: "alice-api", EGRESS_LABEL: mode}
+    assert labels == {WORKSPACE_LABEL: new_identity("alice-api"), EGRESS_LABEL: mode}
     # The policies and the Service still select the identity alone.
-    identity = {WORKSPACE_LABEL: "alice-api"}
+    identity = {WORKSPACE_LABEL: new_identity("alice-api")}
     assert out["cilium-policy"]["spec"]["endpointSelector"] == {"matchLabels": identity}
     assert out["service"]["spec"]["selector"] == identity
     (none,) = guard_policy(PLATFORM)["specs"]

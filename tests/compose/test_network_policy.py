@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given
 
 from function.compose.guard import guard_policy
+from function.compose.names import new_identity
 from function.compose.network_policy import DENIED_ENTITIES, network_policies
 from function.model import parse
 from function.model.address import ip_text
@@ -247,7 +248,7 @@ def test_exactly_one_cilium_policy_selects_the_sandbox_identity(spec: dict[str, 
     selecting = [m for m in out.values() if m["kind"] == "CiliumNetworkPolicy"]
     assert len(selecting) == 1
     assert selecting[0]["spec"]["endpointSelector"] == {
-        "matchLabels": {"sandbox.cozystack.io/workspace": "alice-api"}
+        "matchLabels": {"sandbox.cozystack.io/workspace": new_identity("alice-api")}
     }
     assert out["network-policy"]["spec"]["podSelector"] == selecting[0]["spec"]["endpointSelector"]
 

@@ -4,19 +4,31 @@ from typing import Any
 
 import pytest
 
+from function.compose.names import new_identity, service_account_name, workspace_volume_name
 from function.errors import FieldError
 from function.render import Rendered, render
 from tests.pod_security import all_violations
 from tests.schemas import validate
-from tests.support import NAMESPACE, NOW, PLATFORM, platform, platform_input, workspace
+from tests.support import (
+    NAMESPACE,
+    NOW,
+    PLATFORM,
+    owned,
+    owner_reference,
+    platform,
+    platform_input,
+    workspace,
+)
 
 PRESETS = ["kata", "gvisor"]
+IDENTITY = new_identity("alice-api")
+CLAIM = workspace_volume_name(workspace())
 
 
 def run(
     spec: dict[str, Any], observed: dict[str, Any] | None = None, p: Any = PLATFORM, **kw: Any
 ) -> Rendered:
-    return render(workspace(spec), p, observed or {}, NOW, kw.get("required"))
+    return render(workspace(spec), p, owned(observed), NOW, kw.get("required"))
 
 
 def pod_spec(out: Rendered) -> dict[str, Any]:
@@ -83,10 +95,10 @@ def test_the_service_account_is_secrets_free() -> None:
         "apiVersion": "v1",
         "kind": "ServiceAccount",
         "metadata": {
-            "name": "alice-api-sandbox",
+            "name": service_account_name(workspace()),
             "labels": {
                 "app.kubernetes.io/managed-by": "function-workspace-sandbox",
-                "sandbox.cozystack.io/workspace": "alice-api",
+                "sandbox.cozystack.io/workspace": IDENTITY,
             },
         },
         "automountServiceAccountToken": False,
@@ -127,10 +139,10 @@ def test_the_workspace_claim_is_mounted_as_the_working_directory() -> None:
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": {
-            "name": "alice-api-workspace",
+            "name": CLAIM,
             "labels": {
                 "app.kubernetes.io/managed-by": "function-workspace-sandbox",
-                "sandbox.cozystack.io/workspace": "alice-api",
+                "sandbox.cozystack.io/workspace": IDENTITY,
             },
         },
         "spec": {
@@ -141,13 +153,13 @@ def test_the_workspace_claim_is_mounted_as_the_working_directory() -> None:
     }
     assert {
         "name": "workspace",
-        "persistentVolumeClaim": {"claimName": "alice-api-workspace"},
+        "persistentVolumeClaim": {"claimName": CLAIM},
     } in spec["podTemplate"]["spec"]["volumes"]
     container = spec["podTemplate"]["spec"]["containers"][0]
     assert container["workingDir"] == "/workspace"
     assert {"name": "workspace", "mountPath": "/workspace"} in container["volumeMounts"]
     assert spec["podTemplate"]["metadata"]["labels"] == {
-        "sandbox.cozystack.io/workspace": "alice-api",
+        "sandbox.cozystack.io/workspace": IDENTITY,
         "sandbox.cozystack.io/egress": "Internet",
     }
     assert spec["service"] is False
@@ -162,9 +174,14 @@ def test_power_sets_the_operating_mode(power: str, mode: str) -> None:
 
 
 def test_snapshots_are_of_the_sandbox_claim() -> None:
+    # A sandbox made before composed names carried a hash keeps the names it has.
     observed = {
-        "sandbox": ready("True", "DependenciesReady"),
-        "workspace-claim": {"spec": {}, "status": {"phase": "Bound"}},
+        "sandbox": {"metadata": {"name": "alice-api"}, **ready("True", "DependenciesReady")},
+        "workspace-claim": {
+            "metadata": {"name": "alice-api-workspace"},
+            "spec": {},
+            "status": {"phase": "Bound"},
+        },
     }
     out = run({"preset": "kata", "snapshots": [{"name": "nightly"}]}, observed)
     assert out.resources["snapshot-nightly"]["spec"]["source"] == {
@@ -176,7 +193,11 @@ def test_snapshots_are_of_the_sandbox_claim() -> None:
 def test_an_older_sandbox_snapshots_its_templated_claim() -> None:
     claims = [{"metadata": {"name": "workspace"}, "spec": {}}]
     observed = {
-        "sandbox": {**ready("True", "DependenciesReady"), "spec": {"volumeClaimTemplates": claims}}
+        "sandbox": {
+            "metadata": {"name": "alice-api"},
+            **ready("True", "DependenciesReady"),
+            "spec": {"volumeClaimTemplates": claims},
+        }
     }
     out = run({"preset": "kata", "snapshots": [{"name": "nightly"}]}, observed)
     assert out.resources["snapshot-nightly"]["spec"]["source"] == {
@@ -190,7 +211,10 @@ def test_restore_puts_the_snapshot_on_the_claim_once_it_is_ready() -> None:
     spec = {"preset": "kata", "restoreFrom": {"snapshot": "bob-frontend-nightly"}}
     waiting = run(spec)
     assert "sandbox" not in waiting.resources
-    snapshot = {"status": {"readyToUse": True, "restoreSize": "25Gi"}}
+    snapshot = {
+        "metadata": {"ownerReferences": [owner_reference("bob-frontend")]},
+        "status": {"readyToUse": True, "restoreSize": "25Gi"},
+    }
     out = run(spec, required={"restore-snapshot": [snapshot]})
     claim = out.resources["workspace-claim"]["spec"]
     assert claim["dataSource"] == {

@@ -2,15 +2,16 @@ from typing import Any
 
 import pytest
 
+from function.compose.names import snapshot_name
 from function.compose.status import Condition
 from function.render import render
-from tests.support import NOW, PLATFORM, workspace
+from tests.support import NOW, PLATFORM, owned, workspace
 
 
 def workspace_status(
     ws: Any, _: str, __: Any, observed: dict[str, Any]
 ) -> tuple[dict[str, Any], tuple[Condition, ...], bool]:
-    out = render(ws, PLATFORM, observed, NOW)
+    out = render(ws, PLATFORM, owned(observed), NOW)
     return out.status, out.conditions, out.composite_ready
 
 
@@ -139,20 +140,22 @@ def test_disk_progress_is_shown_while_cloning() -> None:
 
 def test_status_reports_snapshots_in_name_order_with_what_was_observed() -> None:
     ws = workspace({"snapshots": [{"name": "nightly"}, {"name": "before-refactor"}]})
+    # One taken before composed names carried a hash, under the name it has; one not taken yet.
     observed = {
         "snapshot-nightly": {
+            "metadata": {"name": "alice-api-nightly"},
             "status": {
                 "readyToUse": True,
                 "restoreSize": "20Gi",
                 "creationTime": "2026-11-28T01:00:00Z",
-            }
+            },
         }
     }
     status, _, _ = workspace_status(ws, "standard", PRESET, observed)
     assert status["snapshots"] == [
         {
             "name": "before-refactor",
-            "volumeSnapshot": "alice-api-before-refactor",
+            "volumeSnapshot": snapshot_name(ws, "before-refactor"),
             "readyToUse": False,
             "state": "Waiting",
             "message": "waiting for the workspace disk to be created",

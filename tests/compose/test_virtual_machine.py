@@ -3,6 +3,7 @@ from typing import Any
 
 import pytest
 
+from function.compose.names import workspace_volume_name
 from function.compose.sizing import size
 from function.compose.virtual_machine import virtual_machine
 from function.errors import FieldError
@@ -112,7 +113,8 @@ def test_the_guest_uses_the_platform_resolvers() -> None:
 
 def test_the_disk_is_the_standalone_data_volume() -> None:
     volumes = vm()["spec"]["template"]["spec"]["volumes"]
-    assert volumes[0] == {"name": "workspace", "dataVolume": {"name": "alice-api-workspace"}}
+    disk = workspace_volume_name(workspace())
+    assert volumes[0] == {"name": "workspace", "dataVolume": {"name": disk}}
     assert "dataVolumeTemplates" not in vm()["spec"]
 
 

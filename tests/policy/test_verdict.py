@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from function.compose.names import WORKSPACE_LABEL, new_identity
 from function.policy import (
     Environment,
     Flow,
@@ -24,8 +25,9 @@ from function.policy.verdict import Enforcement
 ENV = cozystack_environment()
 ALLOWED, DENIED = True, False
 NS = "k8s:io.kubernetes.pod.namespace"
-ALICE = {"matchLabels": {"sandbox.cozystack.io/workspace": "alice-api"}}
-BOB = {"matchLabels": {"sandbox.cozystack.io/workspace": "bob-frontend"}}
+# The modelled sandboxes carry the identity labels render gives new sandboxes.
+ALICE = {"matchLabels": {WORKSPACE_LABEL: new_identity("alice-api")}}
+BOB = {"matchLabels": {WORKSPACE_LABEL: new_identity("bob-frontend")}}
 KUBE_DNS = {"matchLabels": {NS: "kube-system", "k8s-app": "kube-dns"}}
 GATEWAY = {"matchLabels": {NS: "cozy-sandbox-gateway", "app.kubernetes.io/name": "sandbox-gateway"}}
 
