@@ -22,6 +22,7 @@ from tests.test_deploy import (
     composed_kinds,
     find,
     group_of,
+    sandbox_request,
     verdict,
     xrd,
 )
@@ -581,22 +582,7 @@ def pause(
     *,
     update: bool = False,
 ) -> str | list[str]:
-    request = {
-        "operation": "UPDATE" if update else "CREATE",
-        "userInfo": {"username": username, "groups": ["system:authenticated"]},
-        "kind": {
-            "group": "sandbox.cozystack.io",
-            "version": "v1alpha1",
-            "kind": "WorkspaceSandbox",
-        },
-        "resource": {
-            "group": "sandbox.cozystack.io",
-            "version": "v1alpha1",
-            "resource": "workspacesandboxes",
-        },
-        "namespace": NAMESPACE,
-        "name": "alice-api",
-    }
+    request = sandbox_request("UPDATE" if update else "CREATE", username)
     previous = sandbox(old) if update else None
     return verdict("workspacesandbox-reconciliation", request, sandbox(annotations), previous)
 

@@ -480,8 +480,16 @@ def admission(
     if old is not None:
         old_obj = copy.deepcopy(obj)
         old_obj["spec"]["crossplane"] = {"compositionUpdatePolicy": "Automatic", **old}
-    request = {
-        "operation": "CREATE" if old is None else "UPDATE",
+    request = sandbox_request("CREATE" if old is None else "UPDATE", username)
+    return verdict(POLICY, request, obj, old_obj)
+
+
+def sandbox_request(
+    operation: str, username: str, namespace: str = NAMESPACE, name: str = "alice-api"
+) -> dict[str, Any]:
+    """An admission request by `username` to write the WorkspaceSandbox `namespace/name`."""
+    return {
+        "operation": operation,
         "userInfo": {"username": username, "groups": ["system:authenticated"]},
         "kind": {
             "group": "sandbox.cozystack.io",
@@ -493,10 +501,9 @@ def admission(
             "version": "v1alpha1",
             "resource": "workspacesandboxes",
         },
-        "namespace": NAMESPACE,
-        "name": "alice-api",
+        "namespace": namespace,
+        "name": name,
     }
-    return verdict(POLICY, request, obj, old_obj)
 
 
 def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:

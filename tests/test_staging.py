@@ -22,7 +22,7 @@ from tests.support import (
     workspace,
     xr,
 )
-from tests.test_deploy import MESSAGE, PLATFORM_CHOICE, TENANT, verdict, xrd
+from tests.test_deploy import MESSAGE, PLATFORM_CHOICE, TENANT, sandbox_request, verdict, xrd
 
 GUIDE = ROOT / "docs" / "platform-guide.md"
 POLICY = "workspacesandbox-composition"
@@ -30,22 +30,9 @@ POLICY = "workspacesandbox-composition"
 
 def admission(obj: dict[str, Any], old: dict[str, Any] | None = None) -> str | list[str]:
     """The composition policy's verdict on a tenant writing this WorkspaceSandbox."""
-    request = {
-        "operation": "CREATE" if old is None else "UPDATE",
-        "userInfo": {"username": TENANT, "groups": ["system:authenticated"]},
-        "kind": {
-            "group": "sandbox.cozystack.io",
-            "version": "v1alpha1",
-            "kind": "WorkspaceSandbox",
-        },
-        "resource": {
-            "group": "sandbox.cozystack.io",
-            "version": "v1alpha1",
-            "resource": "workspacesandboxes",
-        },
-        "namespace": obj["metadata"]["namespace"],
-        "name": obj["metadata"]["name"],
-    }
+    meta = obj["metadata"]
+    operation = "CREATE" if old is None else "UPDATE"
+    request = sandbox_request(operation, TENANT, meta["namespace"], meta["name"])
     return verdict(POLICY, request, obj, old)
 
 
