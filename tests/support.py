@@ -1,10 +1,14 @@
 """Shared test inputs: the shipped platform, tenant specs and requests."""
 
+import subprocess
+import time
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+import grpc
+import pytest
 import yaml
 from crossplane.function import resource
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
@@ -133,3 +137,16 @@ def required_of(case: Path, asked: dict[str, dict[str, str]]) -> dict[str, list[
         ]
         for key, want in asked.items()
     }
+
+
+def wait_until_serving(proc: subprocess.Popen[bytes], channel: grpc.Channel) -> None:
+    """Wait for a `serve` process to answer on `channel`; fail with its output if it can't."""
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            grpc.channel_ready_future(channel).result(timeout=0.5)
+            return
+        except grpc.FutureTimeoutError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                out = proc.stdout.read().decode() if proc.stdout else ""
+                pytest.fail(f"server did not start: {out}")

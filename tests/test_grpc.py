@@ -4,7 +4,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
 from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1beta1
 
-from tests.support import request, results, xr
+from tests.support import request, results, wait_until_serving, xr
 
 
 def _free_port() -> int:
@@ -36,16 +35,8 @@ def address() -> Iterator[str]:
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
-        deadline = time.monotonic() + 20
         with grpc.insecure_channel(addr) as channel:
-            while True:
-                try:
-                    grpc.channel_ready_future(channel).result(timeout=0.5)
-                    break
-                except grpc.FutureTimeoutError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        out = proc.stdout.read().decode() if proc.stdout else ""
-                        pytest.fail(f"server did not start: {out}")
+            wait_until_serving(proc, channel)
         yield addr
     finally:
         proc.terminate()

@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from cryptography.x509.oid import NameOID
 
 from function.fn import FunctionRunner
 from function.main import cli
-from tests.support import request, results, xr
+from tests.support import request, results, wait_until_serving, xr
 
 EXE = Path(sys.executable).parent / "workspace-sandbox"
 NO_CERTS = (
@@ -252,16 +251,8 @@ def mtls_address(certs: Path) -> Iterator[str]:
         env=_environ(certs / "server"),
     )
     try:
-        deadline = time.monotonic() + 20
         with grpc.secure_channel(addr, _client(certs, with_cert=True)) as channel:
-            while True:
-                try:
-                    grpc.channel_ready_future(channel).result(timeout=0.5)
-                    break
-                except grpc.FutureTimeoutError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        out = proc.stdout.read().decode() if proc.stdout else ""
-                        pytest.fail(f"server did not start: {out}")
+            wait_until_serving(proc, channel)
         yield addr
     finally:
         proc.terminate()
