@@ -167,8 +167,8 @@ def render(
     judged = workspace_status(
         ws, preset_name, preset, resources, observed, expired=life.expired, restoring=source.waiting
     )
-    rendered = _rendered(resources, observed, judged, warnings, asks, life)
-    return replace(rendered, unfetched=UNFETCHED if source.requirements else ownership.UNFETCHED)
+    unfetched = UNFETCHED if source.requirements else ownership.UNFETCHED
+    return _rendered(resources, observed, judged, warnings, asks, life, unfetched=unfetched)
 
 
 def _render_in_plane(
@@ -202,7 +202,8 @@ def _render_in_plane(
         )
         ready = {k: is_ready(OBJECT, observed.get(k)) for k in parts}
         # The workers' policy is composed directly; placing waits until it exists.
-        ready |= {k: k in observed for k in resources if k == WORKERS_KEY}
+        if WORKERS_KEY in resources:
+            ready[WORKERS_KEY] = WORKERS_KEY in observed
         resources |= plane.place(
             ws, preset=preset, plane=target.name, inner=parts, observed=observed, ready=ready
         )
@@ -222,9 +223,8 @@ def _render_in_plane(
         placing=placing,
     )
     asks = target.requirements | ownership.vacancies(ws, resources, observed, required)
-    rendered = _rendered(resources, observed, judged, warnings, asks, life)
     unfetched = target.unfetched() if target.requirements else ownership.UNFETCHED
-    return replace(rendered, unfetched=unfetched)
+    return _rendered(resources, observed, judged, warnings, asks, life, unfetched=unfetched)
 
 
 def _rendered(  # noqa: PLR0917  # the parts of one answer
@@ -234,9 +234,19 @@ def _rendered(  # noqa: PLR0917  # the parts of one answer
     warnings: list[str],
     requirements: dict[str, dict[str, str]],
     life: Lifetime,
+    *,
+    unfetched: str,
 ) -> Rendered:
     status, conditions, usable = judged
     ready = readiness(resources, observed)
     return Rendered(
-        resources, ready, status, conditions, usable, warnings, requirements, life.ttl_seconds
+        resources,
+        ready,
+        status,
+        conditions,
+        usable,
+        warnings,
+        requirements,
+        life.ttl_seconds,
+        unfetched,
     )
