@@ -1,0 +1,96 @@
+"""`workspace-sandbox-agent`: serve envd's protocol on one address, over one workspace root."""
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+import uvicorn
+
+from workspace_agent import ENVD_VERSION, __version__
+from workspace_agent.errors import AgentError
+from workspace_agent.process import ProcessService
+from workspace_agent.server import build_app
+from workspace_agent.state import Agent
+from workspace_agent.users import Users
+
+DEFAULT_PORT = 49983
+# envd's own idle timeout; far above the SDK's 50 s keepalive events and its 300 s idle pool.
+KEEP_ALIVE_SECONDS = 640
+
+log = logging.getLogger("workspace_agent")
+
+
+def address(text: str) -> tuple[str, int]:
+    """HOST:PORT, with IPv6 hosts in brackets (`[::]:49983`)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:  # noqa: PLR2004
+        msg = f"{text!r} is not HOST:PORT"
+        raise argparse.ArgumentTypeError(msg)
+    return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104  # the pod's or VM's own address
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="workspace-sandbox-agent",
+        description="Serve E2B's envd protocol: files and commands over one workspace root.",
+    )
+    p.add_argument(
+        "--address",
+        type=address,
+        default=("0.0.0.0", DEFAULT_PORT),  # noqa: S104
+        help=f"HOST:PORT to listen on (default 0.0.0.0:{DEFAULT_PORT})",
+    )
+    p.add_argument(
+        "--root",
+        type=Path,
+        default=Path("/workspace"),
+        help="the workspace root: relative paths, default cwd and HOME (default /workspace)",
+    )
+    p.add_argument(
+        "--user",
+        default="user",
+        help="the default user (default `user`; when not running as root, the agent's own)",
+    )
+    p.add_argument(
+        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
+    )
+    p.add_argument(
+        "--version", action="version", version=f"%(prog)s {__version__} (envd {ENVD_VERSION})"
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    root: Path = args.root
+    if not root.is_dir():
+        sys.exit(f"workspace-sandbox-agent: --root {root} is not a directory")
+    try:
+        agent = Agent(root=root.resolve(), users=Users(root.resolve(), args.user))
+    except AgentError as e:
+        sys.exit(f"workspace-sandbox-agent: --user: {e.message}")
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    asyncio.run(serve(agent, args.address, args.log_level))
+
+
+async def serve(agent: Agent, where: tuple[str, int], log_level: str) -> None:
+    processes = ProcessService(agent)
+    host, port = where
+    config = uvicorn.Config(
+        build_app(agent, processes),
+        host=host,
+        port=port,
+        http="h11",
+        lifespan="off",
+        log_level=log_level,
+        access_log=log_level == "debug",
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        server_header=False,
+    )
+    log.info("serving envd %s on %s:%d over %s", ENVD_VERSION, host, port, agent.root)
+    try:
+        await uvicorn.Server(config).serve()
+    finally:
+        await processes.close()

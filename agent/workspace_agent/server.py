@@ -1,0 +1,73 @@
+"""The ASGI app: the two Connect services, `/files`, `/health` and `/init` on one listener.
+
+Authority is decided here, once, before any route runs: after `/init` has set an access token,
+every request but `/health`, `/init` (which checks the token itself) and `/files` (which also
+takes a signed URL) must present it in `X-Access-Token`.
+"""
+
+from typing import cast
+
+from connectrpc.code import Code
+
+from workspace_agent import ENVD_VERSION, auth, files
+from workspace_agent._proto.filesystem.filesystem_connect import FilesystemASGIApplication
+from workspace_agent._proto.process.process_connect import ProcessASGIApplication
+from workspace_agent.errors import AgentError
+from workspace_agent.filesystem import FilesystemService
+from workspace_agent.http import (
+    ASGIApp,
+    Receive,
+    Scope,
+    Send,
+    header,
+    respond,
+    respond_connect_error,
+    respond_error,
+)
+from workspace_agent.process import ProcessService
+from workspace_agent.state import Agent
+
+UNAUTHORIZED = AgentError(Code.UNAUTHENTICATED, "invalid or missing access token")
+
+
+def build_app(agent: Agent, processes: ProcessService) -> ASGIApp:
+    rpc: dict[str, ASGIApp] = {
+        "/process.Process/": cast(
+            "ASGIApp", ProcessASGIApplication(processes, read_max_bytes=None)
+        ),
+        "/filesystem.Filesystem/": cast(
+            "ASGIApp", FilesystemASGIApplication(FilesystemService(agent))
+        ),
+    }
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        path: str = scope["path"]
+        for prefix, service in rpc.items():
+            if path.startswith(prefix):
+                if not agent.session.token_matches(header(scope, "x-access-token")):
+                    await respond_connect_error(send, UNAUTHORIZED)
+                    return
+                await service(scope, receive, send)
+                return
+        await _http(agent, scope, receive, send)
+
+    return app
+
+
+async def _http(agent: Agent, scope: Scope, receive: Receive, send: Send) -> None:
+    path: str = scope["path"]
+    method: str = scope["method"]
+    if path == "/health" and method == "GET":
+        await respond(send, 204, headers=((b"x-envd-version", ENVD_VERSION.encode()),))
+    elif path == "/init" and method == "POST":
+        await auth.init(agent, scope, receive, send)
+    elif path == "/files" and method in {"GET", "POST"}:
+        await files.handle(agent, scope, receive, send)
+    elif path in {"/health", "/init", "/files"}:
+        await respond_error(send, AgentError(Code.INVALID_ARGUMENT, f"{method} not allowed"))
+    elif not agent.session.token_matches(header(scope, "x-access-token")):
+        await respond_error(send, UNAUTHORIZED)
+    else:
+        await respond_error(send, AgentError(Code.NOT_FOUND, f"no route {path}"))

@@ -1,0 +1,37 @@
+"""What one agent knows: its settings, and what `/init` set since it started."""
+
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workspace_agent.users import Users
+
+
+@dataclass
+class Session:
+    """Set by `/init` (the gateway's, before it hands the sandbox out); empty at start."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    """Sandbox-wide environment for every command, below each request's own."""
+    access_token: str | None = None
+    workdir: Path | None = None
+    """The default working directory, when `/init` named one; else the workspace root."""
+
+    def token_matches(self, presented: str | None) -> bool:
+        if self.access_token is None:
+            return True
+        return presented is not None and secrets.compare_digest(
+            presented.encode(), self.access_token.encode()
+        )
+
+
+@dataclass
+class Agent:
+    root: Path
+    """The workspace root: relative paths, the default cwd and HOME."""
+    users: Users
+    session: Session = field(default_factory=Session)
+
+    @property
+    def workdir(self) -> Path:
+        return self.session.workdir or self.root
