@@ -5,7 +5,7 @@ from pathlib import Path
 
 from e2b import Sandbox
 
-from tests.agent.conftest import AGENT, Running, needs_root
+from tests.agent.sdk.conftest import AGENT, Running, needs_root
 
 
 def test_health_answers_204_with_the_envd_version(agent: Running) -> None:

@@ -1,0 +1,147 @@
+"""The agent as users meet it: a `workspace-sandbox-agent` process, driven by the real SDK.
+
+Tests in this folder import nothing but pytest, httpx and `e2b`, so that they run unchanged
+under an older SDK in a venv of its own (`tests/agent/test_sdk_versions.py`); `AGENT` names the
+agent's executable there.
+
+The SDK's debug mode (`E2B_DEBUG=true`) talks to an agent directly, skipping the control API;
+`E2B_SANDBOX_URL` points it at this test's agent, on a port of its own. The agent runs as root,
+as in a VM, with `nobody` as its default user and a fresh workspace that `nobody` owns; the
+`pod_agent` fixture runs it as `nobody`, as in a pod. Both need root to set up.
+"""
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from e2b import Sandbox
+
+AGENT = Path(os.environ.get("AGENT") or Path(sys.executable).with_name("workspace-sandbox-agent"))
+DEFAULT_USER = "nobody"
+NOBODY = pwd.getpwnam(DEFAULT_USER)
+ROOT = os.geteuid() == 0
+
+needs_root = pytest.mark.skipif(not ROOT, reason="the agent acts as other users only as root")
+
+
+@dataclass
+class Running:
+    url: str
+    root: Path
+    process: subprocess.Popen[bytes]
+
+    def get(self, path: str, **kwargs: object) -> httpx.Response:
+        return httpx.get(self.url + path, **kwargs)  # type: ignore[arg-type]
+
+    def post(self, path: str, **kwargs: object) -> httpx.Response:
+        return httpx.post(self.url + path, **kwargs)  # type: ignore[arg-type]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start(root: Path, *, user: str = DEFAULT_USER, as_uid: int | None = None) -> Running:
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            str(AGENT),
+            "--address",
+            f"127.0.0.1:{port}",
+            "--root",
+            str(root),
+            "--user",
+            user,
+            "--log-level",
+            "warning",
+        ],
+        user=as_uid,
+        group=None if as_uid is None else NOBODY.pw_gid,
+        extra_groups=None if as_uid is None else [],
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"the agent exited with {process.returncode} before answering")
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 204:
+                return Running(url, root, process)
+        except httpx.TransportError:
+            time.sleep(0.05)
+    process.kill()
+    pytest.fail("the agent did not answer /health within 15 s")
+
+
+def stop(running: Running) -> None:
+    running.process.terminate()
+    try:
+        running.process.wait(10)
+    except subprocess.TimeoutExpired:
+        running.process.kill()
+        running.process.wait()
+
+
+@pytest.fixture
+def workspace() -> Iterator[Path]:
+    """A workspace root the default user owns, outside pytest's root-only temp folders."""
+    path = Path(tempfile.mkdtemp(prefix="agent-workspace-"))
+    if ROOT:
+        os.chown(path, NOBODY.pw_uid, NOBODY.pw_gid)
+    path.chmod(0o750)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def agent(workspace: Path) -> Iterator[Running]:
+    """The agent as in a VM: root, acting as any user, `nobody` by default."""
+    if not ROOT:
+        pytest.skip("the VM agent runs as root")
+    running = start(workspace)
+    yield running
+    stop(running)
+
+
+@pytest.fixture
+def pod_agent(workspace: Path) -> Iterator[Running]:
+    """The agent as in a pod: the pod's fixed unprivileged user and nothing else."""
+    if not ROOT:
+        pytest.skip("starting the agent as another user needs root")
+    running = start(workspace, as_uid=NOBODY.pw_uid)
+    yield running
+    stop(running)
+
+
+def debug_env(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
+    for name in list(os.environ):
+        if name.startswith("E2B_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("E2B_DEBUG", "true")
+    monkeypatch.setenv("E2B_SANDBOX_URL", url)
+
+
+@pytest.fixture
+def sandbox(agent: Running, monkeypatch: pytest.MonkeyPatch) -> Sandbox:
+    """The real SDK's `Sandbox`, connected to the VM-style agent."""
+    debug_env(monkeypatch, agent.url)
+    return Sandbox.create()
+
+
+@pytest.fixture
+def pod_sandbox(pod_agent: Running, monkeypatch: pytest.MonkeyPatch) -> Sandbox:
+    """The real SDK's `Sandbox`, connected to the pod-style agent."""
+    debug_env(monkeypatch, pod_agent.url)
+    return Sandbox.create()
