@@ -3,8 +3,6 @@
 import subprocess
 from pathlib import Path
 
-from e2b import Sandbox
-
 from tests.agent.sdk.conftest import AGENT, Running, needs_root
 
 
@@ -12,10 +10,6 @@ def test_health_answers_204_with_the_envd_version(agent: Running) -> None:
     r = agent.get("/health")
     assert r.status_code == 204
     assert r.headers["x-envd-version"] == "0.5.7"
-
-
-def test_the_sdk_sees_a_running_sandbox(sandbox: Sandbox) -> None:
-    assert sandbox.is_running()
 
 
 def test_a_missing_root_is_one_line() -> None:
