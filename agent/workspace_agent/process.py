@@ -125,7 +125,7 @@ class ProcessService(Process):
         command = self.table.find(_selector(request.process))
         number = SIGNALS.get(request.signal)
         if number is None:
-            name = request.signal.name or str(request.signal.value)
+            name = f"SIGNAL_{request.signal.name}" if request.signal.name else request.signal.value
             raise AgentError(
                 Code.UNIMPLEMENTED,
                 f"invalid signal: {name}; only SIGNAL_SIGKILL and SIGNAL_SIGTERM are supported",
