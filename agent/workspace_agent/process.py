@@ -12,7 +12,7 @@ the same header bounds only the stream.
 import asyncio
 import signal
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from contextlib import aclosing
+from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
 from connectrpc.code import Code
@@ -46,8 +46,9 @@ from workspace_agent._proto.process.process_pb import (
     UpdateResponse,
 )
 from workspace_agent.errors import AgentError
+from workspace_agent.events import KEEPALIVE, Feed, ended, is_end, started
 from workspace_agent.launch import Launch, environment, spawn, working_directory
-from workspace_agent.running import KEEPALIVE, Command, Feed, Table, ended, is_end, started
+from workspace_agent.running import Command, Table
 from workspace_agent.state import Agent
 from workspace_agent.users import basic_user
 
@@ -137,7 +138,7 @@ class ProcessService(Process):
         self, request: SendInputRequest, ctx: RequestContext[SendInputRequest, SendInputResponse]
     ) -> SendInputResponse:
         command = self.table.find(_selector(request.process))
-        async with asyncio.timeout_at(_deadline(ctx)):
+        async with _within(ctx):
             await _write(command, request.input)
         return SendInputResponse()
 
@@ -147,7 +148,7 @@ class ProcessService(Process):
         ctx: RequestContext[StreamInputRequest, StreamInputResponse],
     ) -> StreamInputResponse:
         command: Command | None = None
-        async with asyncio.timeout_at(_deadline(ctx)):
+        async with _within(ctx):
             async for message in request:
                 match message.event:
                     case Oneof(field="start", value=StreamInputRequest.StartEvent() as start):
@@ -169,7 +170,7 @@ class ProcessService(Process):
         self, request: CloseStdinRequest, ctx: RequestContext[CloseStdinRequest, CloseStdinResponse]
     ) -> CloseStdinResponse:
         command = self.table.find(_selector(request.process))
-        async with asyncio.timeout_at(_deadline(ctx)):
+        async with _within(ctx):
             await command.close_stdin()
         return CloseStdinResponse()
 
@@ -278,6 +279,18 @@ def _deadline(ctx: RequestContext[Any, Any]) -> float | None:
     if remaining is None or not raw.isdigit() or int(raw) <= 0:
         return None
     return _now() + remaining / 1000
+
+
+@asynccontextmanager
+async def _within(ctx: RequestContext[Any, Any]) -> AsyncGenerator[None]:
+    """The request's deadline over input that may wait on a command that does not read it."""
+    try:
+        async with asyncio.timeout_at(_deadline(ctx)):
+            yield
+    except TimeoutError:
+        raise AgentError(
+            Code.DEADLINE_EXCEEDED, "the process did not take its input before the timeout"
+        ) from None
 
 
 def _keepalive(ctx: RequestContext[Any, Any]) -> float:

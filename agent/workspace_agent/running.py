@@ -15,24 +15,21 @@ import errno
 import logging
 import os
 import signal
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, cast
 
 from connectrpc.code import Code
-from protobuf import Oneof
 
 from workspace_agent import pty
-from workspace_agent._proto.process.process_pb import ProcessConfig, ProcessEvent
+from workspace_agent._proto.process.process_pb import ProcessConfig
 from workspace_agent.errors import AgentError
+from workspace_agent.events import EndEvent, Feed, Output, data_event, end_event, ended
 from workspace_agent.launch import Child
 
 log = logging.getLogger(__name__)
 
 CHUNK = 32 * 1024
-FEED_CHUNKS = 16
-"""How many chunks one stream may lag behind before the command waits for it."""
 QUIET = 0.2
 """After exit, pipes with nothing to read for this long are held by a background child."""
 DRAIN_LIMIT = 2.0
@@ -42,95 +39,6 @@ POLL = 0.05
 KEEP_ENDED = 256
 KEEP_ENDED_SECONDS = 600.0
 """Ended commands are remembered, for a late Connect, only this many and this long."""
-
-EndEvent = ProcessEvent.EndEvent
-if TYPE_CHECKING:
-    _OutputOneof = (
-        Oneof[Literal["stdout"], bytes]
-        | Oneof[Literal["stderr"], bytes]
-        | Oneof[Literal["pty"], bytes]
-    )
-
-
-def end_event(status: int | None) -> EndEvent:
-    """The end as envd reports it, from Go's `ProcessState`: `ExitCode()`, `String()`."""
-    if status is None:
-        text = "wait: no child processes"
-        return EndEvent(exit_code=-1, exited=False, status=text, error=text)
-    if os.WIFEXITED(status):
-        code = os.WEXITSTATUS(status)
-        text = f"exit status {code}"
-        return EndEvent(exit_code=code, exited=True, status=text, error=text if code else None)
-    number = os.WTERMSIG(status)
-    name = signal.strsignal(number)
-    text = f"signal: {name[0].lower() + name[1:]}" if name else f"signal: {number}"
-    if os.WCOREDUMP(status):
-        text += " (core dumped)"
-    return EndEvent(exit_code=-1, exited=False, status=text, error=text)
-
-
-# Oneof's field must be typed as its literal for the message constructors to accept it.
-Output = Literal["stdout", "stderr", "pty"]
-_START: Literal["start"] = "start"
-_DATA: Literal["data"] = "data"
-_END: Literal["end"] = "end"
-_KEEPALIVE: Literal["keepalive"] = "keepalive"
-KEEPALIVE = ProcessEvent(event=Oneof(_KEEPALIVE, ProcessEvent.KeepAlive()))
-
-
-def started(pid: int) -> ProcessEvent:
-    return ProcessEvent(event=Oneof(_START, ProcessEvent.StartEvent(pid=pid)))
-
-
-def ended(end: EndEvent) -> ProcessEvent:
-    return ProcessEvent(event=Oneof(_END, end))
-
-
-def data_event(kind: Output, chunk: bytes) -> ProcessEvent:
-    output = cast("_OutputOneof", Oneof(kind, chunk))
-    return ProcessEvent(event=Oneof(_DATA, ProcessEvent.DataEvent(output=output)))
-
-
-def is_end(event: ProcessEvent) -> bool:
-    return event.event is not None and event.event.field == _END
-
-
-class Feed:
-    """One stream's view of a command: data in order, then the end."""
-
-    def __init__(self) -> None:
-        self._items: deque[ProcessEvent] = deque()
-        self._readable = asyncio.Event()
-        self._writable = asyncio.Event()
-        self._writable.set()
-        self.closed = False
-
-    async def put(self, event: ProcessEvent) -> None:
-        while len(self._items) >= FEED_CHUNKS and not self.closed:
-            self._writable.clear()
-            await self._writable.wait()
-        if not self.closed:
-            self._items.append(event)
-            self._readable.set()
-
-    def put_end(self, event: ProcessEvent) -> None:
-        """The end never waits: it must not hang on a client that stopped reading."""
-        self._items.append(event)
-        self._readable.set()
-
-    async def get(self) -> ProcessEvent:
-        while not self._items:
-            self._readable.clear()
-            await self._readable.wait()
-        event = self._items.popleft()
-        if len(self._items) < FEED_CHUNKS:
-            self._writable.set()
-        return event
-
-    def close(self) -> None:
-        self.closed = True
-        self._items.clear()
-        self._writable.set()
 
 
 @dataclass(frozen=True)
@@ -152,6 +60,7 @@ class Command:
         deadline: float | None,
         on_end: Callable[["Command"], None],
     ) -> None:
+        loop = asyncio.get_running_loop()
         self.pid = child.popen.pid
         self.config = config
         self.tag = tag
@@ -163,11 +72,10 @@ class Command:
         """The agent's ends still open; each closed exactly once."""
         self._stdin = child.stdin
         self._stdin_lock = asyncio.Lock()
-        self._exited = asyncio.get_running_loop().create_future()
+        self._exited = loop.create_future()
         self._read = 0
         self._delivering = 0
         self._on_end = on_end
-        loop = asyncio.get_running_loop()
         self._expiry = None if deadline is None else loop.call_at(deadline, self.expire)
         self.task = asyncio.create_task(self._supervise(), name=f"command {self.pid}")
 
@@ -198,8 +106,12 @@ class Command:
             ) from None
 
     def expire(self) -> None:
-        log.debug("command %d reached its deadline", self.pid)
-        self.signal(signal.SIGKILL)
+        """SIGKILL to the group, at the deadline or on shutdown: nobody is there to tell."""
+        log.debug("killing command %d", self.pid)
+        try:
+            self.signal(signal.SIGKILL)
+        except AgentError as e:
+            log.warning("command %d: %s", self.pid, e.message)
 
     async def write(self, data: bytes, *, terminal: bool) -> None:
         if terminal != self.terminal:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 from workspace_agent.errors import AgentError
+from workspace_agent.events import end_event
 from workspace_agent.launch import DEFAULT_PATH, environment, working_directory
-from workspace_agent.running import end_event
 from workspace_agent.users import User
 
 USER = User(name="dev", uid=1000, gid=1000, groups=(1000,), home=Path("/workspace"))

@@ -350,6 +350,40 @@ def test_input_needs_an_open_stdin(agent: Running) -> None:
     )
 
 
+def test_input_nobody_reads_waits_no_longer_than_the_request(agent: Running) -> None:
+    big = base64.b64encode(b"x" * 300_000).decode()  # beyond any pipe's buffer
+    with stream(agent, "Start", bash("sleep 30")) as events:
+        pid = pid_of(next(events))
+        started = time.monotonic()
+        answer = httpx.post(
+            f"{agent.url}/process.Process/SendInput",
+            json={"process": {"pid": pid}, "input": {"stdin": big}},
+            headers={"connect-protocol-version": "1", "connect-timeout-ms": "1000"},
+            timeout=30,
+        )
+        assert 0.9 < time.monotonic() - started < 4
+        assert (answer.status_code, answer.json()) == (
+            504,
+            {
+                "code": "deadline_exceeded",
+                "message": "the process did not take its input before the timeout",
+            },
+        )
+        call(agent, "SendSignal", {"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"})
+        list(events)
+
+
+def test_input_nobody_reads_fails_when_the_command_exits(agent: Running) -> None:
+    big = base64.b64encode(b"x" * 300_000).decode()
+    with stream(agent, "Start", bash("sleep 1")) as events:
+        pid = pid_of(next(events))
+        answer = call(agent, "SendInput", {"process": {"pid": pid}, "input": {"stdin": big}})
+        list(events)
+    assert answer.status_code == 400
+    assert answer.json()["code"] == "failed_precondition"
+    assert answer.json()["message"].startswith(f"process {pid} ")
+
+
 def test_stream_input_must_first_name_the_process(agent: Running) -> None:
     answer = httpx.post(
         f"{agent.url}/process.Process/StreamInput",
