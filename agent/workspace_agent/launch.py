@@ -126,9 +126,7 @@ def _spawn_terminal(launch: Launch, size: tuple[int, int], *, privileged: bool) 
         if privileged:
             # What login(1) does: the user owns the terminal it was given.
             os.fchown(slave, launch.user.uid, -1)
-        popen = _popen(
-            launch, (slave, slave, slave), privileged=privileged, preexec=pty.take_control
-        )
+        popen = _popen(launch, (slave, slave, slave), privileged=privileged)
     except BaseException:
         os.close(master)
         raise
@@ -139,32 +137,53 @@ def _spawn_terminal(launch: Launch, size: tuple[int, int], *, privileged: bool) 
 
 
 def _popen(
-    launch: Launch,
-    stdio: tuple[int, int, int],
-    *,
-    privileged: bool,
-    preexec: Callable[[], None] | None = None,
+    launch: Launch, stdio: tuple[int, int, int], *, privileged: bool
 ) -> subprocess.Popen[bytes]:
     user = launch.user
+    # Popen enters cwd before it drops to the user: a root agent enters it in the child instead,
+    # after, so a user is refused a directory it may not enter, as envd refuses it.
+    enter = launch.cwd if privileged and user.uid != 0 else None
     try:
         return subprocess.Popen(  # noqa: S603  # running the caller's command is the point
             launch.argv,
             stdin=stdio[0],
             stdout=stdio[1],
             stderr=stdio[2],
-            cwd=launch.cwd,
+            cwd=None if enter else launch.cwd,
             env=launch.env,
             start_new_session=True,
-            # Only for a terminal, and it makes one ioctl on modules already imported: it needs
-            # no lock another thread could hold at the fork.
-            preexec_fn=preexec,  # noqa: PLW1509
+            # A chdir and an ioctl on modules already imported need no lock that another
+            # thread could hold at the fork.
+            preexec_fn=_in_child(enter, terminal=launch.terminal is not None),  # noqa: PLW1509
             user=user.uid if privileged else None,
             group=user.gid if privileged else None,
             extra_groups=list(user.groups) if privileged else None,
         )
-    except OSError as e:
+    except OSError as e:  # the executable, or the cwd (then named)
+        where = f": {e.filename}" if e.filename not in (None, launch.argv[0]) else ""
         raise AgentError(
-            Code.INVALID_ARGUMENT, f"cannot start {launch.argv[0]!r}: {e.strerror}"
+            Code.INVALID_ARGUMENT, f"cannot start {launch.argv[0]!r}: {e.strerror}{where}"
         ) from None
     except ValueError as e:  # a NUL byte in an argument
         raise AgentError(Code.INVALID_ARGUMENT, f"cannot start {launch.argv[0]!r}: {e}") from None
+    except subprocess.SubprocessError:  # _in_child failed; it was checked to be a directory
+        raise AgentError(
+            Code.INVALID_ARGUMENT if enter else Code.INTERNAL,
+            f"cwd '{enter}' is not accessible to {user.name}"
+            if enter
+            else "could not give the command its terminal",
+        ) from None
+
+
+def _in_child(cwd: Path | None, *, terminal: bool) -> Callable[[], None] | None:
+    """What runs between fork and exec, after the switch to the user, if anything must."""
+    if cwd is None and not terminal:
+        return None
+
+    def run() -> None:
+        if cwd is not None:
+            os.chdir(cwd)
+        if terminal:
+            pty.take_control()
+
+    return run

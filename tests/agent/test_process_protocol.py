@@ -289,6 +289,37 @@ def test_a_missing_cwd_is_refused_before_anything_runs(agent: Running) -> None:
     ]
 
 
+def test_a_missing_executable_is_an_invalid_argument(agent: Running) -> None:
+    assert run(agent, {"process": {"cmd": "/nonexistent/sh"}}) == [
+        (
+            2,
+            {
+                "error": {
+                    "code": "invalid_argument",
+                    "message": "cannot start '/nonexistent/sh': No such file or directory",
+                }
+            },
+        )
+    ]
+
+
+def test_a_cwd_the_user_may_not_enter_is_named(agent: Running, tmp_path: Path) -> None:
+    private = tmp_path / "private"  # pytest's temp folders are root's alone
+    private.mkdir(mode=0o700)
+    events = run(agent, {"process": {"cmd": "/bin/pwd", "cwd": str(private)}})
+    assert events == [
+        (
+            2,
+            {
+                "error": {
+                    "code": "invalid_argument",
+                    "message": f"cwd '{private}' is not accessible to nobody",
+                }
+            },
+        )
+    ]
+
+
 def test_an_unknown_user_is_unauthenticated(agent: Running) -> None:
     token = base64.b64encode(b"no-such-user-here:").decode()
     events = run(agent, bash("id"), authorization=f"Basic {token}")
@@ -443,6 +474,7 @@ def test_many_commands_leave_no_zombies_and_no_open_fds(agent: Running) -> None:
     agent_pid = agent.process.pid
     fds = Path(f"/proc/{agent_pid}/fd")
     body = envelope({"process": {"cmd": "/bin/echo", "args": ["x"]}})
+    missing = envelope({"process": {"cmd": "/nonexistent/echo"}})
     with httpx.Client(timeout=30) as client:
 
         def once() -> None:
@@ -453,8 +485,13 @@ def test_many_commands_leave_no_zombies_and_no_open_fds(agent: Running) -> None:
 
         once()
         before = len(list(fds.iterdir()))
-        for _ in range(200):
+        for n in range(200):
             once()
+            if n % 20 == 0:  # a start that fails after its pipes were made
+                with client.stream(
+                    "POST", f"{agent.url}/process.Process/Start", content=missing, headers=STREAM
+                ) as response:
+                    assert "error" in next(envelopes(response))[1]
         after = len(list(fds.iterdir()))
     assert after == before
     assert children(agent_pid) == []
