@@ -3,6 +3,7 @@
 import argparse
 import asyncio
 import logging
+import socket
 import sys
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from workspace_agent.users import Users
 DEFAULT_PORT = 49983
 # envd's own idle timeout; far above the SDK's 50 s keepalive events and its 300 s idle pool.
 KEEP_ALIVE_SECONDS = 640
+# On shutdown, streams still open after this long (a watcher, a slow client) are cancelled.
+SHUTDOWN_GRACE_SECONDS = 3
 
 log = logging.getLogger("workspace_agent")
 
@@ -87,10 +90,27 @@ async def serve(agent: Agent, where: tuple[str, int], log_level: str) -> None:
         log_level=log_level,
         access_log=log_level == "debug",
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
         server_header=False,
     )
     log.info("serving envd %s on %s:%d over %s", ENVD_VERSION, host, port, agent.root)
     try:
-        await uvicorn.Server(config).serve()
+        await Server(config, processes).serve()
     finally:
         await processes.close()
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, which kills the commands first when it shuts down.
+
+    Their streams then end with their commands rather than holding the shutdown open; and after
+    a signal uvicorn re-raises it once `serve` returns, so a `finally` there never runs.
+    """
+
+    def __init__(self, config: uvicorn.Config, processes: ProcessService) -> None:
+        super().__init__(config)
+        self.processes = processes
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await self.processes.close()
+        await super().shutdown(sockets)
