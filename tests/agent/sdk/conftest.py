@@ -53,24 +53,44 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# In a pod the agent is the pod's user from its first instruction. Here its venv and interpreter
+# may sit where that user can't read (pyenv under /root, a clone in a 0700 temporary folder), so
+# the pod's agent starts as root, imports the agent and what uvicorn loads when it starts, and
+# gives root up for good before serving: from then on it can do exactly what a pod's agent can.
+_AS_USER = """
+import importlib, os, pkgutil, sys
+import uvicorn, workspace_agent
+for found in pkgutil.walk_packages(workspace_agent.__path__, "workspace_agent."):
+    importlib.import_module(found.name)
+uvicorn.Config(lambda *_: None, http="h11", lifespan="off").load()
+uid, gid = int(sys.argv[1]), int(sys.argv[2])
+os.setgroups([])
+os.setresgid(gid, gid, gid)
+os.setresuid(uid, uid, uid)
+assert os.getresuid() == (uid, uid, uid) and os.getgroups() == []
+from workspace_agent.main import main
+main(sys.argv[3:])
+"""
+
+
 def start(root: Path, *, user: str = DEFAULT_USER, as_uid: int | None = None) -> Running:
     port = free_port()
-    process = subprocess.Popen(
-        [
-            str(AGENT),
-            "--address",
-            f"127.0.0.1:{port}",
-            "--root",
-            str(root),
-            "--user",
-            user,
-            "--log-level",
-            "warning",
-        ],
-        user=as_uid,
-        group=None if as_uid is None else NOBODY.pw_gid,
-        extra_groups=None if as_uid is None else [],
-    )
+    args = [
+        "--address",
+        f"127.0.0.1:{port}",
+        "--root",
+        str(root),
+        "--user",
+        user,
+        "--log-level",
+        "warning",
+    ]
+    if as_uid is None:
+        command = [str(AGENT), *args]
+    else:
+        python = AGENT.with_name("python")
+        command = [str(python), "-c", _AS_USER, str(as_uid), str(NOBODY.pw_gid), *args]
+    process = subprocess.Popen(command)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:

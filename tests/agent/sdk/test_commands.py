@@ -1,7 +1,5 @@
 """Commands as users run them: `sandbox.commands` and `sandbox.pty` of the real SDK."""
 
-import os
-import subprocess
 import time
 from pathlib import Path
 
@@ -15,26 +13,7 @@ from e2b import (
     TimeoutException,
 )
 
-from tests.agent.sdk.conftest import AGENT, NOBODY, Running
-
-
-def nobody_can_run_the_agent() -> bool:
-    """The pod-style agent runs as nobody, who must be able to read its Python and venv."""
-    if os.geteuid() != 0:
-        return True  # the fixture skips with its own reason
-    try:
-        subprocess.run(
-            [str(AGENT), "--version"], user=NOBODY.pw_uid, capture_output=True, check=True
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return False
-    return True
-
-
-needs_pod_agent = pytest.mark.skipif(
-    not nobody_can_run_the_agent(),
-    reason=f"nobody cannot run {AGENT} here; set AGENT to an agent installed where nobody can",
-)
+from tests.agent.sdk.conftest import Running
 
 
 def gone(pid: int, within: float = 5.0) -> bool:
@@ -216,13 +195,11 @@ def test_a_pty_can_be_killed(sandbox: Sandbox) -> None:
     assert gone(terminal.pid)
 
 
-@needs_pod_agent
 def test_in_a_pod_commands_run_as_the_pods_user(pod_sandbox: Sandbox, pod_agent: Running) -> None:
     result = pod_sandbox.commands.run("id -un; echo $HOME; pwd")
     assert result.stdout == f"nobody\n{pod_agent.root}\n{pod_agent.root}\n"
 
 
-@needs_pod_agent
 def test_in_a_pod_another_user_is_refused(pod_sandbox: Sandbox) -> None:
     with pytest.raises(SandboxException) as caught:
         pod_sandbox.commands.run("id -un", user="root")
