@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from function.compose import ownership, plane, workspace_claim, workspace_volume
+from function.compose import agent, ownership, plane, workspace_claim, workspace_volume
 from function.compose import sandbox as pod_sandbox
 from function.compose.kubernetes_object import API_VERSION as OBJECT_API
 from function.compose.kubernetes_object import unwrap
@@ -34,6 +34,7 @@ from function.model.platform import Image, Preset, SandboxPlatform
 from function.model.spec import WorkspaceSandbox
 
 OBJECT: Manifest = {"apiVersion": OBJECT_API, "kind": "Object"}
+AGENT_NOT_CONFIGURED = "AgentNotConfigured"
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ class Rendered:
     """How long Crossplane may wait before calling again; shorter before a suspend deadline."""
     unfetched: str = ""
     """The warning for a Crossplane that can't fetch `requirements`: what they are for."""
+    notices: dict[str, str] = field(default_factory=dict)
+    """Warnings with a reason of their own, for the platform engineer: reason -> message."""
 
 
 def _lives_on(observed: Observed) -> str | None:
@@ -154,7 +157,7 @@ def render(
     if source.waiting is None and preset.runtime == "kubevirt":
         resources |= workspace_disk(ws, preset, image, sized, observed)
         resources |= growth(ws, platform, sized, observed)
-        resources |= virtual_machine(ws, preset, platform, sized)
+        resources |= virtual_machine(ws, preset, platform, sized, observed)
     elif source.waiting is None:
         resources |= service_account(ws)
         resources |= workspace_claim.workspace_claim(ws, preset, sized, observed)
@@ -168,7 +171,12 @@ def render(
         ws, preset_name, preset, resources, observed, expired=life.expired, restoring=source.waiting
     )
     unfetched = UNFETCHED if source.requirements else ownership.UNFETCHED
-    return _rendered(resources, observed, judged, warnings, asks, life, unfetched=unfetched)
+    out = _rendered(resources, observed, judged, warnings, asks, life, unfetched=unfetched)
+    if preset.runtime == "kubevirt" and platform.agent is None:
+        return replace(
+            out, notices={AGENT_NOT_CONFIGURED: agent.not_configured(preset_name, platform)}
+        )
+    return out
 
 
 def _render_in_plane(

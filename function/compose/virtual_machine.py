@@ -3,15 +3,22 @@
 Only `spec.template.metadata.labels` reach the virt-launcher pod that network policies select,
 so the identity labels go there. virt-launcher mounts no service-account token unless the VMI
 has a `serviceAccount` volume, and this module never writes one.
+
+The guest's account is recorded on the VM (`sandbox.cozystack.io/guest-user`), because the disk
+keeps it across every later release: a VM observed without the annotation was made before
+accounts were named `user`, and keeps `sandbox`.
 """
 
 import math
 from typing import Any
 
-from function.compose.cloud_init import user_data
+from function.compose import agent
+from function.compose.cloud_init import LEGACY_USER, USER, user_data
 from function.compose.names import labels, pod_labels, sandbox_name, workspace_volume_name
+from function.compose.observed import dig
 from function.compose.sizing import Size
-from function.model import Manifest
+from function.errors import FieldError
+from function.model import Manifest, Observed
 from function.model.address import ip_text
 from function.model.platform import Preset, SandboxPlatform
 from function.model.quantity import format_bytes, format_cpu
@@ -20,6 +27,28 @@ from function.model.spec import WorkspaceSandbox
 KEY = "vm"
 
 RUN_STRATEGY = {"Running": "Always", "Suspended": "Halted"}
+GUEST_USER = "sandbox.cozystack.io/guest-user"
+ACCOUNTS = (USER, LEGACY_USER)
+
+
+def guest_account(observed: Observed) -> str:
+    """The account on the VM's disk: `user` for a new VM, what the VM records for an old one."""
+    vm = observed.get(KEY)
+    if vm is None:
+        return USER
+    recorded = dig(vm, "metadata", "annotations", GUEST_USER)
+    if recorded is None:
+        return LEGACY_USER
+    if recorded not in ACCOUNTS:
+        # Only the function writes it; anything else would make the boot script create an
+        # account the disk never had, or name one the script must not touch.
+        raise FieldError(
+            "spec.crossplane.resourceRefs",
+            f"vm is VirtualMachine {dig(vm, 'metadata', 'name')!r}, whose annotation "
+            f"{GUEST_USER} names the guest account {recorded!r}, which this function never "
+            f"writes ({' or '.join(ACCOUNTS)}); set it back to the account its disk holds",
+        )
+    return str(recorded)
 
 
 def _interface(preset: Preset) -> dict[str, Any]:
@@ -28,16 +57,19 @@ def _interface(preset: Preset) -> dict[str, Any]:
     return {"name": "default", "masquerade": {}}
 
 
-def _domain(preset: Preset, size: Size) -> dict[str, Any]:
+def _domain(preset: Preset, platform: SandboxPlatform, size: Size) -> dict[str, Any]:
+    disks: list[dict[str, Any]] = [
+        {"name": "workspace", "disk": {"bus": "virtio"}, "bootOrder": 1},
+        {"name": "cloudinit", "disk": {"bus": "virtio"}},
+    ]
+    if platform.agent is not None:
+        disks.append(agent.vm_disk())
     domain: dict[str, Any] = {
         "devices": {
             "autoattachGraphicsDevice": False,
             "autoattachSerialConsole": preset.kubevirt.serial_console,
             "autoattachVSOCK": False,
-            "disks": [
-                {"name": "workspace", "disk": {"bus": "virtio"}, "bootOrder": 1},
-                {"name": "cloudinit", "disk": {"bus": "virtio"}},
-            ],
+            "disks": disks,
             "interfaces": [_interface(preset)],
             "rng": {},
         },
@@ -76,9 +108,26 @@ def scheduling(preset: Preset) -> dict[str, Any]:
 
 
 def virtual_machine(
-    ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform, size: Size
+    ws: WorkspaceSandbox,
+    preset: Preset,
+    platform: SandboxPlatform,
+    size: Size,
+    observed: Observed,
 ) -> dict[str, Manifest]:
     kv = preset.kubevirt
+    account = guest_account(observed)
+    volumes: list[dict[str, Any]] = [
+        {"name": "workspace", "dataVolume": {"name": workspace_volume_name(ws)}},
+        {
+            "name": "cloudinit",
+            "cloudInitNoCloud": {"userData": user_data(ws, preset, platform, account)},
+        },
+    ]
+    # Without the agent nothing would answer a probe.
+    probe: dict[str, Any] = {}
+    if (disk := agent.vm_volume(platform)) is not None:
+        volumes.append(disk)
+        probe = {"readinessProbe": agent.readiness_probe(platform)}
     spec: dict[str, Any] = {"runStrategy": RUN_STRATEGY[ws.spec.power]}
     if kv.instancetype is not None:
         spec["instancetype"] = kv.instancetype.model_dump()
@@ -87,15 +136,10 @@ def virtual_machine(
     spec["template"] = {
         "metadata": {"labels": pod_labels(ws)},
         "spec": {
-            "domain": _domain(preset, size),
+            "domain": _domain(preset, platform, size),
             "networks": [{"name": "default", "pod": {}}],
-            "volumes": [
-                {"name": "workspace", "dataVolume": {"name": workspace_volume_name(ws)}},
-                {
-                    "name": "cloudinit",
-                    "cloudInitNoCloud": {"userData": user_data(ws, preset, platform)},
-                },
-            ],
+            "volumes": volumes,
+            **probe,
             "evictionStrategy": kv.eviction_strategy,
             "terminationGracePeriodSeconds": kv.termination_grace_period_seconds,
             **_dns(preset, platform),
@@ -106,7 +150,11 @@ def virtual_machine(
         KEY: {
             "apiVersion": "kubevirt.io/v1",
             "kind": "VirtualMachine",
-            "metadata": {"name": sandbox_name(ws, KEY), "labels": labels(ws)},
+            "metadata": {
+                "name": sandbox_name(ws, KEY),
+                "labels": labels(ws),
+                "annotations": {GUEST_USER: account},
+            },
             "spec": spec,
         }
     }
