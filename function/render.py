@@ -10,6 +10,7 @@ from typing import Any
 
 from function.compose import agent, ownership, plane, workspace_claim, workspace_volume
 from function.compose import sandbox as pod_sandbox
+from function.compose.account import guest_account
 from function.compose.kubernetes_object import API_VERSION as OBJECT_API
 from function.compose.kubernetes_object import unwrap
 from function.compose.lifetime import DEFAULT_TTL_SECONDS, Lifetime, lifetime
@@ -154,17 +155,19 @@ def render(
     warnings = [*ignored, *resize_warnings(ws, sized, observed, platform)]
 
     resources: dict[str, Manifest] = {}
-    if source.waiting is None and preset.runtime == "kubevirt":
-        resources |= workspace_disk(ws, preset, image, sized, observed)
+    vm = preset.runtime == "kubevirt"
+    account = guest_account(observed, source.account) if vm else None
+    if source.waiting is None and account is not None:
+        resources |= workspace_disk(ws, preset, image, sized, observed, account)
         resources |= growth(ws, platform, sized, observed)
-        resources |= virtual_machine(ws, preset, platform, sized, observed)
+        resources |= virtual_machine(ws, preset, platform, sized, account)
     elif source.waiting is None:
         resources |= service_account(ws)
         resources |= workspace_claim.workspace_claim(ws, preset, sized, observed)
         resources |= settle_claims(sandbox(ws, preset, platform, image, sized), observed)
     resources |= service(ws, preset, platform)
     resources |= network_policies(ws, preset, platform)
-    resources |= volume_snapshots(ws, preset_name, preset, observed)
+    resources |= volume_snapshots(ws, preset_name, preset, observed, account)
 
     asks = source.requirements | ownership.vacancies(ws, resources, observed, required)
     judged = workspace_status(
@@ -172,7 +175,7 @@ def render(
     )
     unfetched = UNFETCHED if source.requirements else ownership.UNFETCHED
     out = _rendered(resources, observed, judged, warnings, asks, life, unfetched=unfetched)
-    if preset.runtime == "kubevirt" and platform.agent is None:
+    if vm and platform.agent is None:
         return replace(
             out, notices={AGENT_NOT_CONFIGURED: agent.not_configured(preset_name, platform)}
         )

@@ -22,7 +22,7 @@ whatever is left in `~/.ssh`.
 
 The account is `user` (E2B's default user) on a new VM, with the workspace as its home, and
 `sandbox` on a VM an earlier release made, whose disk already holds that account
-(`virtual_machine.guest_account`); the script never makes a second one.
+(`account.py`); the script never makes a second one.
 
 With `input.agent`, the script ends by mounting the agent's disk read-only, nosuid and nodev
 under /run (root's, and new every boot), and running the `boot.sh` on it, which writes the
@@ -39,9 +39,12 @@ from function.model.address import ip_text
 from function.model.platform import Preset, SandboxPlatform
 from function.model.spec import WorkspaceSandbox
 
-# The account on a new VM, and on one an earlier release made.
+# The account on a new VM, and on one an earlier release made; the annotation that records it
+# on the VM, its disk and the disk's snapshots.
 USER = "user"
 LEGACY_USER = "sandbox"
+ACCOUNTS = (USER, LEGACY_USER)
+GUEST_USER = "sandbox.cozystack.io/guest-user"
 WORKSPACE = "/workspace"
 MAX_BYTES = 2048
 

@@ -4,21 +4,18 @@ Only `spec.template.metadata.labels` reach the virt-launcher pod that network po
 so the identity labels go there. virt-launcher mounts no service-account token unless the VMI
 has a `serviceAccount` volume, and this module never writes one.
 
-The guest's account is recorded on the VM (`sandbox.cozystack.io/guest-user`), because the disk
-keeps it across every later release: a VM observed without the annotation was made before
-accounts were named `user`, and keeps `sandbox`.
+The VM records the guest account its disk holds (`account.py`) in the annotation
+`sandbox.cozystack.io/guest-user`.
 """
 
 import math
 from typing import Any
 
 from function.compose import agent
-from function.compose.cloud_init import LEGACY_USER, USER, user_data
+from function.compose.cloud_init import GUEST_USER, user_data
 from function.compose.names import labels, pod_labels, sandbox_name, workspace_volume_name
-from function.compose.observed import dig
 from function.compose.sizing import Size
-from function.errors import FieldError
-from function.model import Manifest, Observed
+from function.model import Manifest
 from function.model.address import ip_text
 from function.model.platform import Preset, SandboxPlatform
 from function.model.quantity import format_bytes, format_cpu
@@ -27,28 +24,6 @@ from function.model.spec import WorkspaceSandbox
 KEY = "vm"
 
 RUN_STRATEGY = {"Running": "Always", "Suspended": "Halted"}
-GUEST_USER = "sandbox.cozystack.io/guest-user"
-ACCOUNTS = (USER, LEGACY_USER)
-
-
-def guest_account(observed: Observed) -> str:
-    """The account on the VM's disk: `user` for a new VM, what the VM records for an old one."""
-    vm = observed.get(KEY)
-    if vm is None:
-        return USER
-    recorded = dig(vm, "metadata", "annotations", GUEST_USER)
-    if recorded is None:
-        return LEGACY_USER
-    if recorded not in ACCOUNTS:
-        # Only the function writes it; anything else would make the boot script create an
-        # account the disk never had, or name one the script must not touch.
-        raise FieldError(
-            "spec.crossplane.resourceRefs",
-            f"vm is VirtualMachine {dig(vm, 'metadata', 'name')!r}, whose annotation "
-            f"{GUEST_USER} names the guest account {recorded!r}, which this function never "
-            f"writes ({' or '.join(ACCOUNTS)}); set it back to the account its disk holds",
-        )
-    return str(recorded)
 
 
 def _interface(preset: Preset) -> dict[str, Any]:
@@ -112,10 +87,9 @@ def virtual_machine(
     preset: Preset,
     platform: SandboxPlatform,
     size: Size,
-    observed: Observed,
+    account: str,
 ) -> dict[str, Manifest]:
     kv = preset.kubevirt
-    account = guest_account(observed)
     volumes: list[dict[str, Any]] = [
         {"name": "workspace", "dataVolume": {"name": workspace_volume_name(ws)}},
         {

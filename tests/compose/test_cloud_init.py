@@ -26,9 +26,9 @@ import pytest
 
 from function.compose.cloud_init import LEGACY_USER, MAX_BYTES, USER, WORKSPACE, user_data
 from function.compose.sizing import size
-from function.compose.virtual_machine import GUEST_USER, virtual_machine
+from function.compose.virtual_machine import virtual_machine
 from function.model.platform import SandboxPlatform
-from tests.support import AGENT_PLATFORM, PLATFORM, ROOT, owned, workspace
+from tests.support import AGENT_PLATFORM, PLATFORM, ROOT, workspace
 
 BUNDLE_SOURCE = ROOT / "agent" / "bundle"
 KEY_A = (
@@ -59,11 +59,8 @@ def boot_command(
     ws = workspace({"ssh": {"authorizedKeys": keys}})
     preset = platform.presets["standard"].model_copy(update={"cluster_dns": cluster_dns})
     image = platform.images["ubuntu-24.04"]
-    # How the function learns the account: from the VM it made before.
-    annotations = {} if account == USER else {"metadata": {"annotations": {GUEST_USER: account}}}
-    observed = owned({"vm": annotations}) if annotations else {}
     sized = size(ws, "standard", preset, image)
-    vm = virtual_machine(ws, preset, platform, sized, observed)["vm"]
+    vm = virtual_machine(ws, preset, platform, sized, account)["vm"]
     volumes = vm["spec"]["template"]["spec"]["volumes"]
     (user_data,) = [v["cloudInitNoCloud"]["userData"] for v in volumes if "cloudInitNoCloud" in v]
     header, body = user_data.split("\n", 1)

@@ -3,17 +3,16 @@ from typing import Any
 
 import pytest
 
+from function.compose.account import guest_account
 from function.compose.names import workspace_volume_name
 from function.compose.sizing import size
 from function.compose.virtual_machine import virtual_machine
 from function.errors import FieldError
 from function.model import parse
 from function.model.platform import Preset, SandboxPlatform
-from function.render import render
 from tests.support import (
     AGENT_IMAGE,
     AGENT_PLATFORM,
-    NOW,
     PLATFORM,
     owned,
     platform_input,
@@ -36,7 +35,8 @@ def vm(
 ) -> dict[str, Any]:
     ws, p = workspace(spec), p or platform.presets["standard"]
     image = platform.images["ubuntu-24.04"]
-    return virtual_machine(ws, p, platform, size(ws, "standard", p, image), owned(observed))["vm"]
+    account = guest_account(owned(observed))
+    return virtual_machine(ws, p, platform, size(ws, "standard", p, image), account)["vm"]
 
 
 def boot_command(manifest: dict[str, Any]) -> list[str]:
@@ -210,62 +210,3 @@ def test_without_the_agent_the_vm_has_no_agent_disk_and_no_probe() -> None:
     script = boot_command(vm())[2]
     assert "boot.sh" not in script
     assert "mount" not in script
-
-
-def _observed_vm(annotations: dict[str, str] | None, name: str = "alice-api") -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": "tenant-acme"}
-    if annotations is not None:
-        meta["annotations"] = annotations
-    return {"vm": {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "metadata": meta}}
-
-
-@pytest.mark.parametrize(
-    ("observed", "account"),
-    [
-        pytest.param(None, "user", id="a-new-vm-gets-user"),
-        pytest.param(
-            _observed_vm({"crossplane.io/composition-resource-name": "vm"}),
-            "sandbox",
-            id="a-vm-of-an-earlier-release-keeps-sandbox",
-        ),
-        pytest.param(
-            _observed_vm({"sandbox.cozystack.io/guest-user": "user"}),
-            "user",
-            id="a-vm-that-records-user-keeps-it",
-        ),
-        pytest.param(
-            _observed_vm({"sandbox.cozystack.io/guest-user": "sandbox"}),
-            "sandbox",
-            id="a-vm-that-records-sandbox-keeps-it",
-        ),
-    ],
-)
-def test_the_guest_account_is_the_one_on_the_vms_disk(
-    observed: dict[str, Any] | None, account: str
-) -> None:
-    manifest = vm(platform=AGENT_PLATFORM, observed=observed)
-    assert manifest["metadata"]["annotations"] == {"sandbox.cozystack.io/guest-user": account}
-    sh, _, script, argv0, *_ = boot_command(manifest)
-    assert (sh, argv0) == ("sh", account)
-    assert f";U={account};" in script
-    # The agent's default user is that account too.
-    assert script.endswith(";sh $m/boot.sh 49983 $U $W")
-
-
-def test_a_vm_of_an_earlier_release_keeps_its_name_and_account() -> None:
-    # "alice-api" is the name an earlier release gave it; renaming would delete the VM.
-    out = render(workspace(), AGENT_PLATFORM, owned(_observed_vm(None, name="alice-api")), NOW)
-    manifest = out.resources["vm"]
-    assert manifest["metadata"]["name"] == "alice-api"
-    assert manifest["metadata"]["annotations"] == {"sandbox.cozystack.io/guest-user": "sandbox"}
-    assert boot_command(manifest)[3] == "sandbox"
-
-
-def test_an_account_no_release_writes_is_refused() -> None:
-    with pytest.raises(FieldError) as err:
-        vm(observed=_observed_vm({"sandbox.cozystack.io/guest-user": "root"}))
-    assert str(err.value) == (
-        "spec.crossplane.resourceRefs: vm is VirtualMachine 'alice-api', whose annotation "
-        "sandbox.cozystack.io/guest-user names the guest account 'root', which this function "
-        "never writes (user or sandbox); set it back to the account its disk holds"
-    )
