@@ -124,6 +124,10 @@ def _write(rsp: fnv1.RunFunctionResponse, out: Rendered) -> None:
         rsp.results.append(
             fnv1.Result(severity=fnv1.SEVERITY_WARNING, message=message, reason="CannotApply")
         )
+    for reason, message in out.notices.items():
+        rsp.results.append(
+            fnv1.Result(severity=fnv1.SEVERITY_WARNING, message=message, reason=reason)
+        )
 
 
 class FunctionRunner(grpcv1.FunctionRunnerServiceServicer):

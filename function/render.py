@@ -8,8 +8,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from function.compose import ownership, plane, workspace_claim, workspace_volume
+from function.compose import agent, ownership, plane, workspace_claim, workspace_volume
 from function.compose import sandbox as pod_sandbox
+from function.compose.account import guest_account
 from function.compose.kubernetes_object import API_VERSION as OBJECT_API
 from function.compose.kubernetes_object import unwrap
 from function.compose.lifetime import DEFAULT_TTL_SECONDS, Lifetime, lifetime
@@ -34,6 +35,7 @@ from function.model.platform import Image, Preset, SandboxPlatform
 from function.model.spec import WorkspaceSandbox
 
 OBJECT: Manifest = {"apiVersion": OBJECT_API, "kind": "Object"}
+AGENT_NOT_CONFIGURED = "AgentNotConfigured"
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,8 @@ class Rendered:
     """How long Crossplane may wait before calling again; shorter before a suspend deadline."""
     unfetched: str = ""
     """The warning for a Crossplane that can't fetch `requirements`: what they are for."""
+    notices: dict[str, str] = field(default_factory=dict)
+    """Warnings with a reason of their own, for the platform engineer: reason -> message."""
 
 
 def _lives_on(observed: Observed) -> str | None:
@@ -151,24 +155,31 @@ def render(
     warnings = [*ignored, *resize_warnings(ws, sized, observed, platform)]
 
     resources: dict[str, Manifest] = {}
-    if source.waiting is None and preset.runtime == "kubevirt":
-        resources |= workspace_disk(ws, preset, image, sized, observed)
+    vm = preset.runtime == "kubevirt"
+    account = guest_account(observed, source.account) if vm else None
+    if source.waiting is None and account is not None:
+        resources |= workspace_disk(ws, preset, image, sized, observed, account)
         resources |= growth(ws, platform, sized, observed)
-        resources |= virtual_machine(ws, preset, platform, sized)
+        resources |= virtual_machine(ws, preset, platform, sized, account)
     elif source.waiting is None:
         resources |= service_account(ws)
         resources |= workspace_claim.workspace_claim(ws, preset, sized, observed)
         resources |= settle_claims(sandbox(ws, preset, platform, image, sized), observed)
     resources |= service(ws, preset, platform)
     resources |= network_policies(ws, preset, platform)
-    resources |= volume_snapshots(ws, preset_name, preset, observed)
+    resources |= volume_snapshots(ws, preset_name, preset, observed, account)
 
     asks = source.requirements | ownership.vacancies(ws, resources, observed, required)
     judged = workspace_status(
         ws, preset_name, preset, resources, observed, expired=life.expired, restoring=source.waiting
     )
     unfetched = UNFETCHED if source.requirements else ownership.UNFETCHED
-    return _rendered(resources, observed, judged, warnings, asks, life, unfetched=unfetched)
+    out = _rendered(resources, observed, judged, warnings, asks, life, unfetched=unfetched)
+    if vm and platform.agent is None:
+        return replace(
+            out, notices={AGENT_NOT_CONFIGURED: agent.not_configured(preset_name, platform)}
+        )
+    return out
 
 
 def _render_in_plane(

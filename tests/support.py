@@ -39,14 +39,31 @@ def platform(**changes: Any) -> SandboxPlatform:
 
 PLATFORM = platform()
 
+AGENT_COMPOSITION = ROOT / "examples" / "composition-with-agent.yaml"
+"""The shipped Composition with input.agent set: the example of a platform delivering the agent."""
+
+
+@cache
+def agent_platform_input() -> dict[str, Any]:
+    composition = yaml.safe_load(AGENT_COMPOSITION.read_text())
+    step_input: dict[str, Any] = composition["spec"]["pipeline"][0]["input"]
+    return step_input
+
+
+AGENT_PLATFORM = parse(SandboxPlatform, agent_platform_input(), "input")
+AGENT_IMAGE = AGENT_PLATFORM.agent.image if AGENT_PLATFORM.agent else ""
+
 SITE_WARNING = "SiteAddressesNotStated"
 """The reason of the warning the shipped platform gets on every call: it leaves the site's own
 addresses unstated (tests/test_site_addresses.py checks that warning)."""
+AGENT_WARNING = "AgentNotConfigured"
+"""The reason of the warning every VM sandbox of the shipped platform gets: it names no agent
+image (tests/test_fn.py checks that warning)."""
 
 
 def results(rsp: fnv1.RunFunctionResponse) -> list[fnv1.Result]:
-    """A response's results but the shipped platform's warning about its site's addresses."""
-    return [r for r in rsp.results if r.reason != SITE_WARNING]
+    """A response's results but the shipped platform's warnings about what it leaves unset."""
+    return [r for r in rsp.results if r.reason not in {SITE_WARNING, AGENT_WARNING}]
 
 
 def xr(spec: dict[str, Any] | None = None, name: str = "alice-api", **meta: Any) -> dict[str, Any]:

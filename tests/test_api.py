@@ -576,6 +576,26 @@ def test_composition_input_validates_against_the_input_crd() -> None:
     assert schemas.validate_crd_object(INPUT_CRD, STEP_INPUT) == []
 
 
+AGENT_EXAMPLE = yaml.safe_load((ROOT / "examples" / "composition-with-agent.yaml").read_text())
+
+
+def test_the_agent_example_is_the_shipped_composition_with_the_agent_set() -> None:
+    example = copy.deepcopy(AGENT_EXAMPLE)
+    step_input = example["spec"]["pipeline"][0]["input"]
+    assert set(step_input.pop("agent")) == {"image"}
+    assert example["metadata"].pop("name") == "workspacesandbox-with-agent"
+    shipped = copy.deepcopy(COMPOSITION)
+    shipped["metadata"].pop("name")
+    assert example == shipped
+
+
+def test_the_agent_example_validates_against_the_input_crd() -> None:
+    step_input = AGENT_EXAMPLE["spec"]["pipeline"][0]["input"]
+    assert schemas.validate_crd_object(INPUT_CRD, step_input) == []
+    assert schemas.validate(AGENT_EXAMPLE) == []
+    assert parse(SandboxPlatform, step_input, "input").agent is not None
+
+
 @pytest.mark.parametrize(
     "manifest",
     [

@@ -13,7 +13,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from function import offline
 from function.fn import FunctionRunner
 from function.main import cli
-from tests.support import COMPOSITION, EXAMPLES, ROOT, load_stream
+from tests.support import AGENT_COMPOSITION, COMPOSITION, EXAMPLES, ROOT, load_stream
 
 GOLDEN = ROOT / "tests" / "golden"
 NOW = "2026-11-29T12:00:00Z"
@@ -34,6 +34,22 @@ def test_every_example_renders_as_its_golden_file(case: Path) -> None:
     assert result.exit_code == 0, result.output
     want = GOLDEN / f"{case.name}.yaml"
     if os.environ.get("UPDATE_GOLDEN"):
+        want.write_text(result.stdout)
+    assert result.stdout == want.read_text()
+
+
+# The examples of a VM and a pod sandbox on a platform that delivers the agent.
+WITH_AGENT = [c for c in EXAMPLES if c.name in ("full", "kata")]
+
+
+@pytest.mark.parametrize("case", WITH_AGENT, ids=[c.name for c in WITH_AGENT])
+def test_with_the_agent_delivered_an_example_renders_as_its_golden_file(case: Path) -> None:
+    args = [*render_args(case), "--composition", str(AGENT_COMPOSITION)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    want = GOLDEN / "with-agent" / f"{case.name}.yaml"
+    if os.environ.get("UPDATE_GOLDEN"):
+        want.parent.mkdir(exist_ok=True)
         want.write_text(result.stdout)
     assert result.stdout == want.read_text()
 

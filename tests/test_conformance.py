@@ -9,10 +9,12 @@ import pytest
 from hypothesis import given, settings
 
 from function.compose.names import MANAGED_BY
+from function.model.platform import SandboxPlatform
 from function.render import render
 from tests.schemas import validate
 from tests.strategies import specs, xr_names
 from tests.support import (
+    AGENT_PLATFORM,
     EXAMPLES,
     NAMESPACE,
     NOW,
@@ -33,12 +35,15 @@ def as_applied(manifest: dict[str, Any]) -> dict[str, Any]:
     return {**manifest, "metadata": {**manifest["metadata"], "namespace": NAMESPACE}}
 
 
+@pytest.mark.parametrize(
+    "p", [PLATFORM, AGENT_PLATFORM], ids=["shipped-platform", "agent-delivered"]
+)
 @pytest.mark.parametrize("case", EXAMPLES, ids=[c.name for c in EXAMPLES])
-def test_every_object_from_every_example_is_schema_valid(case: Path) -> None:
+def test_every_object_from_every_example_is_schema_valid(case: Path, p: SandboxPlatform) -> None:
     composite = load_stream(case / "xr.yaml")[0]
     ws = workspace(composite["spec"], composite["metadata"]["name"])
-    first = render(ws, PLATFORM, observed_of(case), NOW)
-    out = render(ws, PLATFORM, observed_of(case), NOW, required_of(case, first.requirements))
+    first = render(ws, p, observed_of(case), NOW)
+    out = render(ws, p, observed_of(case), NOW, required_of(case, first.requirements))
     assert out.resources
     for name, manifest in out.resources.items():
         assert validate(as_applied(manifest)) == [], name

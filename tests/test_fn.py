@@ -16,9 +16,11 @@ from function.compose.kubernetes_object import GROWN
 from function.compose.names import new_identity, object_name
 from function.fn import FunctionRunner
 from tests.support import (
+    AGENT_WARNING,
     EXAMPLES,
     NAMESPACE,
     NOW,
+    agent_platform_input,
     load_stream,
     observed_of,
     platform_input,
@@ -320,7 +322,7 @@ async def test_debug_logs_one_line_per_call_with_its_result(logs: list[dict[str,
         **XR_NAMED,
         "resources": 5,
         "state": "not ready",
-        "results": ["WARNING SiteAddressesNotStated"],
+        "results": ["WARNING AgentNotConfigured", "WARNING SiteAddressesNotStated"],
     }
 
 
@@ -330,7 +332,11 @@ async def test_debug_logs_one_line_per_call_with_its_result(logs: list[dict[str,
         pytest.param(
             {},
             "running",
-            {"resources": 6, "state": "ready", "results": ["WARNING SiteAddressesNotStated"]},
+            {
+                "resources": 6,
+                "state": "ready",
+                "results": ["WARNING AgentNotConfigured", "WARNING SiteAddressesNotStated"],
+            },
             id="ready",
         ),
         pytest.param(
@@ -346,6 +352,7 @@ async def test_debug_logs_one_line_per_call_with_its_result(logs: list[dict[str,
                 "resources": 3,
                 "state": "not ready",
                 "results": [
+                    "WARNING AgentNotConfigured",
                     "WARNING RequiredResourcesUnsupported",
                     "WARNING SiteAddressesNotStated",
                 ],
@@ -401,3 +408,38 @@ async def test_a_request_without_an_xr_logs_without_a_name(logs: list[dict[str, 
             "path": "composite",
         }
     ]
+
+
+AGENT_MESSAGE = (
+    "input.agent: not set, so the VM of preset 'standard' gets no in-sandbox agent: nothing "
+    "answers on gateway.agentPort 49983, and files and commands can't be used; build the agent "
+    "image (agent/Dockerfile) and set input.agent.image to it, pinned by digest"
+)
+
+
+def _agent_warnings(rsp: fnv1.RunFunctionResponse) -> list[tuple[int, str]]:
+    return [(r.severity, r.message) for r in rsp.results if r.reason == AGENT_WARNING]
+
+
+async def test_a_vm_without_an_agent_renders_and_warns_the_platform_engineer() -> None:
+    rsp = await run(request(xr()))
+    assert _agent_warnings(rsp) == [(fnv1.SEVERITY_WARNING, AGENT_MESSAGE)]
+    # Rendered as ever: the VM, with no agent disk and no probe that nothing would answer.
+    vm = desired(rsp)["vm"]["spec"]["template"]["spec"]
+    assert [v["name"] for v in vm["volumes"]] == ["workspace", "cloudinit"]
+    assert "readinessProbe" not in vm
+
+
+@pytest.mark.parametrize(
+    ("spec", "step_input"),
+    [
+        pytest.param({}, agent_platform_input(), id="a-vm-with-the-agent"),
+        pytest.param({"preset": "kata"}, None, id="a-pod-runs-its-images-agent"),
+        pytest.param({"preset": "xl"}, None, id="a-fatal-call"),
+    ],
+)
+async def test_no_agent_warning_where_the_agent_is_delivered_or_may_be_on_the_image(
+    spec: dict[str, Any], step_input: dict[str, Any] | None
+) -> None:
+    rsp = await run(request(xr(spec), None, step_input))
+    assert _agent_warnings(rsp) == []

@@ -63,6 +63,8 @@ from tests.policy.test_isolation import ALICE_POD, POD_TABLE
 from tests.schemas import _compile_rule, crds_root, validate
 from tests.strategies import allowlists, specs, xr_names
 from tests.support import (
+    AGENT_IMAGE,
+    AGENT_PLATFORM,
     NAMESPACE,
     NOW,
     PLATFORM,
@@ -1142,6 +1144,24 @@ def test_every_wrapped_pod_passes_pod_security(p: Placement, spec: dict[str, Any
     pod = pod_spec(inner(out, p.workload))
     account = inner(out, "service-account")["metadata"]["name"]
     assert account == service_account_name(_ALICE)
+    assert all_violations(pod, service_account=account) == expected_violations(p)
+
+
+@pytest.mark.parametrize("p", PLACEMENTS)
+def test_a_delivered_agent_reaches_the_wrapped_pod_hardened_and_schema_valid(p: Placement) -> None:
+    delivering = replace(p, platform=p.platform.model_copy(update={"agent": AGENT_PLATFORM.agent}))
+    out, _ = converge(delivering)
+    assert schema_errors(out) == {}
+    pod = pod_spec(inner(out, p.workload))
+    (copy_in,) = pod["initContainers"]
+    assert copy_in["image"] == AGENT_IMAGE
+    assert pod["containers"][0]["command"][:3] == [
+        "python3",
+        "-I",
+        "/opt/workspace-sandbox-agent/workspace-sandbox-agent",
+    ]
+    assert pod["containers"][0]["readinessProbe"]["httpGet"] == {"path": "/health", "port": 49983}
+    account = inner(out, "service-account")["metadata"]["name"]
     assert all_violations(pod, service_account=account) == expected_violations(p)
 
 

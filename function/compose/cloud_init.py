@@ -19,16 +19,32 @@ that sorts before the image's own (`50-cloud-init.conf`, `60-cloudimg-settings.c
 reads `sshd_config.d/*.conf` first, in lexical order, and keeps a keyword's first value. It is
 the only key file sshd reads, so a key removed from the spec stops working at the next boot,
 whatever is left in `~/.ssh`.
+
+The account is `user` (E2B's default user) on a new VM, with the workspace as its home, and
+`sandbox` on a VM an earlier release made, whose disk already holds that account
+(`account.py`); the script never makes a second one.
+
+With `input.agent`, the script ends by mounting the agent's disk read-only, nosuid and nodev
+under /run (root's, and new every boot), and running the `boot.sh` on it, which writes the
+agent's systemd unit and starts it without waiting (`agent/bundle/boot.sh`). Not noexec: the
+agent's compiled extensions are mapped executable. That is last, so a missing disk fails
+nothing else.
 """
 
 import json
 
+from function.compose.agent import DISK_SERIAL
 from function.errors import FieldError
 from function.model.address import ip_text
 from function.model.platform import Preset, SandboxPlatform
 from function.model.spec import WorkspaceSandbox
 
-USER = "sandbox"
+# The account on a new VM, and on one an earlier release made; the annotation that records it
+# on the VM, its disk and the disk's snapshots.
+USER = "user"
+LEGACY_USER = "sandbox"
+ACCOUNTS = (USER, LEGACY_USER)
+GUEST_USER = "sandbox.cozystack.io/guest-user"
 WORKSPACE = "/workspace"
 MAX_BYTES = 2048
 
@@ -37,39 +53,65 @@ KEYS = "/etc/ssh/authorized_keys"
 SSHD_CONFIG_D = "/etc/ssh/sshd_config.d"
 SSHD_DROP_IN = f"{SSHD_CONFIG_D}/00-sandbox.conf"
 
-_SETUP = ";".join(
-    (
-        "set -eu",
-        # w PATH: stdin to PATH, root's, 0644, renamed into place from PATH~ beside it (the
-        # directory is root's; `*.conf` and `*.sh` globs skip the `~` name).
-        'w(){ cat>"$1~";chmod 644 "$1~";mv -f "$1~" "$1";}',
-        # Short options for the byte budget: -m creates the home from /etc/skel, -U a group.
-        f"id {USER}>/dev/null 2>&1||useradd -mU -s /bin/bash {USER}",
-        f"install -d -m 750 -o {USER} -g {USER} {WORKSPACE}",
-        # 0755 and 0644 whatever the umask: sshd reads the keys as the user.
-        f"a={KEYS}",
-        f"install -d -m 755 $a {SSHD_CONFIG_D}",
-        f'echo "AuthorizedKeysFile $a/%u"|w {SSHD_DROP_IN}',
-        f'printf "%s\\n" "$@"|w $a/{USER}',
-        f"echo cd {WORKSPACE}|w /etc/profile.d/zz-workspace.sh",
-        "d=/etc/systemd/resolved.conf.d",
-        '[ -z "$DNS" ]||{ install -d -m 755 $d',
-        "printf '[Resolve]\\nDNS=%s\\nDomains=~.\\n' \"$DNS\"|w $d/90-sandbox.conf",
-        "systemctl try-restart systemd-resolved||true;}",
+
+def _setup(account: str) -> str:
+    return ";".join(
+        (
+            "set -eu",
+            # w PATH: stdin to PATH, root's, 0644, renamed into place from PATH~ beside it (the
+            # directory is root's; `*.conf` and `*.sh` globs skip the `~` name).
+            'w(){ cat>"$1~";chmod 644 "$1~";mv -f "$1~" "$1";}',
+            # Short names for the byte budget, as the short options: -m creates the home (the
+            # workspace, from /etc/skel) if it is missing, -U a group of the same name.
+            f"U={account}",
+            f"W={WORKSPACE}",
+            "id $U>/dev/null 2>&1||useradd -mU -d $W -s /bin/bash $U",
+            "install -d -m 750 -o $U -g $U $W",
+            # 0755 and 0644 whatever the umask: sshd reads the keys as the user.
+            f"a={KEYS}",
+            f"install -d -m 755 $a {SSHD_CONFIG_D}",
+            f'echo "AuthorizedKeysFile $a/%u"|w {SSHD_DROP_IN}',
+            'printf "%s\\n" "$@"|w $a/$U',
+            "echo cd $W|w /etc/profile.d/zz-workspace.sh",
+            "d=/etc/systemd/resolved.conf.d",
+            '[ -z "$DNS" ]||{ install -d -m 755 $d',
+            "printf '[Resolve]\\nDNS=%s\\nDomains=~.\\n' \"$DNS\"|w $d/90-sandbox.conf",
+            "systemctl try-restart systemd-resolved||true;}",
+        )
     )
-)
 
 
-def user_data(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform) -> str:
+# Where the agent's disk is mounted: /run is root's, and empty at every boot.
+AGENT_MOUNT = "/run/wsagent"
+
+
+def _agent(port: int) -> str:
+    return ";".join(
+        (
+            f"m={AGENT_MOUNT}",
+            "mkdir -p $m",
+            # udev may still be linking devices when cloud-init runs.
+            "udevadm settle",
+            f"mount -o ro,nosuid,nodev /dev/disk/by-id/virtio-{DISK_SERIAL} $m",
+            f"sh $m/boot.sh {port} $U $W",
+        )
+    )
+
+
+def user_data(
+    ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform, account: str = USER
+) -> str:
     # With cluster DNS the guest keeps what DHCP hands it: the pod's cluster resolver.
     resolvers = "" if preset.cluster_dns else " ".join(map(ip_text, platform.network.resolvers))
-    script = f"DNS='{resolvers}';{_SETUP}"
+    script = f"DNS='{resolvers}';{_setup(account)}"
+    if platform.agent is not None:
+        script += ";" + _agent(platform.gateway.agent_port)
     config = {
         # No distro default user: the only account is ours, with no password and no sudo.
         "users": [],
         "disable_root": True,
         "ssh_pwauth": False,
-        "bootcmd": [["sh", "-c", script, USER, *ws.spec.ssh.authorized_keys]],
+        "bootcmd": [["sh", "-c", script, account, *ws.spec.ssh.authorized_keys]],
     }
     text = "#cloud-config\n" + json.dumps(config, separators=(",", ":")) + "\n"
     size = len(text.encode())

@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from function.compose import ownership, sandbox, workspace_claim, workspace_volume
+from function.compose.cloud_init import ACCOUNTS, GUEST_USER, LEGACY_USER
 from function.compose.observed import dig
 from function.errors import FieldError
 from function.model import Manifest, Observed
@@ -34,6 +35,23 @@ class Restore:
     """Why the disk can't be composed yet."""
     min_disk: Decimal | None = None
     """The snapshot's restore size: the disk made from it can't be smaller."""
+    account: str | None = None
+    """The guest account on the disk the snapshot was taken of, for a VM made from it."""
+
+
+def _account(snapshot: Manifest, name: str) -> str:
+    """What the snapshot records; one taken before snapshots recorded it has `sandbox`."""
+    recorded = dig(snapshot, "metadata", "annotations", GUEST_USER)
+    if recorded is None:
+        return LEGACY_USER
+    if recorded not in ACCOUNTS:
+        raise FieldError(
+            "spec.restoreFrom.snapshot",
+            f"VolumeSnapshot {name!r} records the guest account {recorded!r} "
+            f"({GUEST_USER}), which no sandbox has "
+            f"({' or '.join(ACCOUNTS)})",
+        )
+    return str(recorded)
 
 
 def _restored_from(observed: Observed) -> tuple[bool, bool, str | None]:
@@ -98,4 +116,4 @@ def restore(
         min_disk = parse_bytes(size) if isinstance(size, str) else None
     except ValueError:
         min_disk = None
-    return Restore(ask, None, min_disk)
+    return Restore(ask, None, min_disk, _account(snapshot, name))

@@ -6,10 +6,15 @@ service links, no host namespaces, paths or ports, and the platform's public res
 workspace is a PVC composed beside it (kept while the Sandbox is suspended, and able to grow),
 mounted at /workspace, which is also the working directory and home. Requests equal limits,
 ephemeral storage included, so a sandbox can't take more of the node than it asked for.
+
+The container runs the in-sandbox agent, and is ready when the agent answers (`agent.py`):
+with `input.agent`, an init container as hardened as the sandbox's own copies the agent into
+the pod first.
 """
 
 from typing import Any
 
+from function.compose import agent
 from function.compose.names import (
     CLAIM_TEMPLATE,
     labels,
@@ -60,37 +65,48 @@ def _dns(preset: Preset, platform: SandboxPlatform) -> dict[str, Any]:
     }
 
 
+def _security_context(preset: Preset) -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "runAsUser": preset.pod.uid,
+        "runAsGroup": preset.pod.gid,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
 def _container(
     ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform, image: str, size: Size
 ) -> dict[str, Any]:
-    pod = preset.pod
     ports = {**reserved_ports(ws, preset, platform), **{p.name: p.port for p in ws.spec.ports}}
     return {
         "name": "sandbox",
         "image": image,
         "imagePullPolicy": "IfNotPresent",
+        "command": agent.pod_command(platform),
         "workingDir": WORKSPACE,
         "env": [{"name": "HOME", "value": WORKSPACE}, {"name": "TMPDIR", "value": "/tmp"}],  # noqa: S108  # an emptyDir of its own
         "ports": [
             {"name": name, "containerPort": port, "protocol": "TCP"}
             for name, port in sorted(ports.items(), key=lambda p: p[1])
         ],
+        "readinessProbe": agent.readiness_probe(platform),
         "resources": container_resources(preset, size),
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "privileged": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "runAsUser": pod.uid,
-            "runAsGroup": pod.gid,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": _security_context(preset),
         "volumeMounts": [
             {"name": CLAIM_TEMPLATE, "mountPath": WORKSPACE},
             {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108  # an emptyDir of its own
+            *agent.pod_mounts(platform),
         ],
     }
+
+
+def _init_containers(preset: Preset, platform: SandboxPlatform) -> dict[str, Any]:
+    found = agent.init_containers(platform, _security_context(preset))
+    return {"initContainers": found} if found else {}
 
 
 def pod_spec(
@@ -119,10 +135,12 @@ def pod_spec(
             "fsGroupChangePolicy": "OnRootMismatch",
             "seccompProfile": {"type": "RuntimeDefault"},
         },
+        **_init_containers(preset, platform),
         "containers": [_container(ws, preset, platform, image.oci, size)],
         "volumes": [
             workspace,
             {"name": "tmp", "emptyDir": {"sizeLimit": format_bytes(pod.tmp_size)}},
+            *agent.pod_volumes(platform),
         ],
         **_dns(preset, platform),
         **scheduling(preset),

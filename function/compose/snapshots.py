@@ -5,7 +5,8 @@ workspace PVC (a DataVolume's PVC has the DataVolume's name, and a pod sandbox's
 composed with the same name; an older Sandbox's templated claim is `workspace-<sandbox>`). A
 snapshot is only taken of a disk that is done being created, and, where the preset asks for
 clean snapshots only, of a sandbox observed suspended. Whether the sandbox was running when a
-snapshot was taken is recorded on the snapshot itself, since nothing observed later can tell.
+snapshot was taken is recorded on the snapshot itself, since nothing observed later can tell,
+and so is a VM disk's guest account, which a VM restored from it keeps.
 """
 
 from collections.abc import Mapping
@@ -17,6 +18,7 @@ from function.compose import (
     workspace_claim,
     workspace_volume,
 )
+from function.compose.cloud_init import GUEST_USER
 from function.compose.names import claim_name, labels, snapshot_name
 from function.compose.observed import condition, dig, settled
 from function.compose.readiness import DISK_READY_PHASES
@@ -72,8 +74,13 @@ def waiting(
 
 
 def volume_snapshots(
-    ws: WorkspaceSandbox, preset_name: str, preset: Preset, observed: Observed
+    ws: WorkspaceSandbox,
+    preset_name: str,
+    preset: Preset,
+    observed: Observed,
+    account: str | None = None,
 ) -> dict[str, Manifest]:
+    """`account`: the guest account on a VM's disk; None for a pod's claim, which has none."""
     out: dict[str, Manifest] = {}
     blocked = waiting(ws, preset_name, preset, observed)
     claim = claim_name(ws, templated=bool(sandbox.observed_claims(observed)))
@@ -84,13 +91,16 @@ def volume_snapshots(
         recorded = dig(seen, "metadata", "annotations", CONSISTENCY)
         if recorded not in ("Clean", "Crash"):
             recorded = "Clean" if seen is None and stopped(ws, preset, observed) else "Crash"
+        annotations = {CONSISTENCY: recorded}
+        if account is not None:
+            annotations[GUEST_USER] = account
         manifest: Manifest = {
             "apiVersion": "snapshot.storage.k8s.io/v1",
             "kind": "VolumeSnapshot",
             "metadata": {
                 "name": snapshot_name(ws, s.name),
                 "labels": labels(ws),
-                "annotations": {CONSISTENCY: recorded},
+                "annotations": annotations,
             },
             "spec": {
                 "volumeSnapshotClassName": preset.volume_snapshot_class,

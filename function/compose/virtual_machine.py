@@ -3,12 +3,16 @@
 Only `spec.template.metadata.labels` reach the virt-launcher pod that network policies select,
 so the identity labels go there. virt-launcher mounts no service-account token unless the VMI
 has a `serviceAccount` volume, and this module never writes one.
+
+The VM records the guest account its disk holds (`account.py`) in the annotation
+`sandbox.cozystack.io/guest-user`.
 """
 
 import math
 from typing import Any
 
-from function.compose.cloud_init import user_data
+from function.compose import agent
+from function.compose.cloud_init import GUEST_USER, user_data
 from function.compose.names import labels, pod_labels, sandbox_name, workspace_volume_name
 from function.compose.sizing import Size
 from function.model import Manifest
@@ -28,16 +32,19 @@ def _interface(preset: Preset) -> dict[str, Any]:
     return {"name": "default", "masquerade": {}}
 
 
-def _domain(preset: Preset, size: Size) -> dict[str, Any]:
+def _domain(preset: Preset, platform: SandboxPlatform, size: Size) -> dict[str, Any]:
+    disks: list[dict[str, Any]] = [
+        {"name": "workspace", "disk": {"bus": "virtio"}, "bootOrder": 1},
+        {"name": "cloudinit", "disk": {"bus": "virtio"}},
+    ]
+    if platform.agent is not None:
+        disks.append(agent.vm_disk())
     domain: dict[str, Any] = {
         "devices": {
             "autoattachGraphicsDevice": False,
             "autoattachSerialConsole": preset.kubevirt.serial_console,
             "autoattachVSOCK": False,
-            "disks": [
-                {"name": "workspace", "disk": {"bus": "virtio"}, "bootOrder": 1},
-                {"name": "cloudinit", "disk": {"bus": "virtio"}},
-            ],
+            "disks": disks,
             "interfaces": [_interface(preset)],
             "rng": {},
         },
@@ -76,9 +83,25 @@ def scheduling(preset: Preset) -> dict[str, Any]:
 
 
 def virtual_machine(
-    ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform, size: Size
+    ws: WorkspaceSandbox,
+    preset: Preset,
+    platform: SandboxPlatform,
+    size: Size,
+    account: str,
 ) -> dict[str, Manifest]:
     kv = preset.kubevirt
+    volumes: list[dict[str, Any]] = [
+        {"name": "workspace", "dataVolume": {"name": workspace_volume_name(ws)}},
+        {
+            "name": "cloudinit",
+            "cloudInitNoCloud": {"userData": user_data(ws, preset, platform, account)},
+        },
+    ]
+    # Without the agent nothing would answer a probe.
+    probe: dict[str, Any] = {}
+    if (disk := agent.vm_volume(platform)) is not None:
+        volumes.append(disk)
+        probe = {"readinessProbe": agent.readiness_probe(platform)}
     spec: dict[str, Any] = {"runStrategy": RUN_STRATEGY[ws.spec.power]}
     if kv.instancetype is not None:
         spec["instancetype"] = kv.instancetype.model_dump()
@@ -87,15 +110,10 @@ def virtual_machine(
     spec["template"] = {
         "metadata": {"labels": pod_labels(ws)},
         "spec": {
-            "domain": _domain(preset, size),
+            "domain": _domain(preset, platform, size),
             "networks": [{"name": "default", "pod": {}}],
-            "volumes": [
-                {"name": "workspace", "dataVolume": {"name": workspace_volume_name(ws)}},
-                {
-                    "name": "cloudinit",
-                    "cloudInitNoCloud": {"userData": user_data(ws, preset, platform)},
-                },
-            ],
+            "volumes": volumes,
+            **probe,
             "evictionStrategy": kv.eviction_strategy,
             "terminationGracePeriodSeconds": kv.termination_grace_period_seconds,
             **_dns(preset, platform),
@@ -106,7 +124,11 @@ def virtual_machine(
         KEY: {
             "apiVersion": "kubevirt.io/v1",
             "kind": "VirtualMachine",
-            "metadata": {"name": sandbox_name(ws, KEY), "labels": labels(ws)},
+            "metadata": {
+                "name": sandbox_name(ws, KEY),
+                "labels": labels(ws),
+                "annotations": {GUEST_USER: account},
+            },
             "spec": spec,
         }
     }

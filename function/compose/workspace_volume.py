@@ -3,6 +3,7 @@
 from decimal import Decimal
 
 from function.compose import kubernetes_object, sandbox, workspace_claim
+from function.compose.cloud_init import GUEST_USER
 from function.compose.names import labels, workspace_volume_name
 from function.compose.observed import dig, settled
 from function.compose.sizing import Size
@@ -120,17 +121,27 @@ def growth(
     return {GROW_KEY: obj}
 
 
-def workspace_volume(
-    ws: WorkspaceSandbox, preset: Preset, image: Image, size: Size, observed: Observed
+def workspace_volume(  # noqa: PLR0917  # the disk's parts
+    ws: WorkspaceSandbox,
+    preset: Preset,
+    image: Image,
+    size: Size,
+    observed: Observed,
+    account: str,
 ) -> dict[str, Manifest]:
+    """`account`: the guest account on the disk (`account.py`)."""
     manifest: Manifest = {
         "apiVersion": "cdi.kubevirt.io/v1beta1",
         "kind": "DataVolume",
         "metadata": {
             "name": workspace_volume_name(ws),
             "labels": labels(ws),
-            # CDI may garbage-collect a finished DataVolume; Crossplane would then re-create it.
-            "annotations": {"cdi.kubevirt.io/storage.deleteAfterCompletion": "false"},
+            "annotations": {
+                # CDI may garbage-collect a finished DataVolume; Crossplane would then
+                # re-create it.
+                "cdi.kubevirt.io/storage.deleteAfterCompletion": "false",
+                GUEST_USER: account,
+            },
         },
         "spec": {
             **_source(ws, image),

@@ -286,6 +286,17 @@ class Gateway(Model):
     agent_port: Port = 49983
 
 
+class AgentDelivery(Model):
+    """Where sandboxes get the in-sandbox agent from: one image, two layouts.
+
+    `/disk/agent.img` is an ext4 filesystem a VM attaches as a read-only disk (KubeVirt's
+    containerDisk convention); `/opt/workspace-sandbox-agent/` is the same bundle, which an init
+    container copies into a pod. `agent/Dockerfile` builds it.
+    """
+
+    image: Annotated[str, AfterValidator(_pinned)]
+
+
 class SiteAddresses(Model):
     """Addresses of this site that Cilium sees as `world`, so only a CIDR deny keeps them out.
 
@@ -406,6 +417,8 @@ class SandboxPlatform(Model):
     presets: Annotated[dict[DnsLabel, Preset], Field(min_length=1)]
     images: Annotated[dict[Annotated[str, Field(max_length=63)], Image], Field(min_length=1)]
     gateway: Gateway
+    # None: VMs get no agent (a warning says so), and pods run the one on their image's PATH.
+    agent: AgentDelivery | None = None
     network: PlatformNetwork = PlatformNetwork()
     disk_expansion: DiskExpansion | None = None
 

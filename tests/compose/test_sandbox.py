@@ -10,6 +10,8 @@ from function.render import Rendered, render
 from tests.pod_security import all_violations
 from tests.schemas import validate
 from tests.support import (
+    AGENT_IMAGE,
+    AGENT_PLATFORM,
     NAMESPACE,
     NOW,
     PLATFORM,
@@ -58,6 +60,9 @@ def test_a_pod_preset_renders_a_sandbox_and_no_vm(preset: str) -> None:
         assert validate(applied) == [], manifest["kind"]
 
 
+@pytest.mark.parametrize(
+    "p", [PLATFORM, AGENT_PLATFORM], ids=["agent-from-the-image", "agent-delivered"]
+)
 @pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.parametrize(
     "spec",
@@ -71,11 +76,73 @@ def test_a_pod_preset_renders_a_sandbox_and_no_vm(preset: str) -> None:
     ],
 )
 def test_every_pod_passes_restricted_and_our_stricter_rules(
-    preset: str, spec: dict[str, Any]
+    preset: str, spec: dict[str, Any], p: Any
 ) -> None:
-    out = run({"preset": preset, **spec})
+    out = run({"preset": preset, **spec}, p=p)
     account = out.resources["service-account"]["metadata"]["name"]
     assert all_violations(pod_spec(out), service_account=account) == []
+    manifest = out.resources["sandbox"]
+    applied = {**manifest, "metadata": {**manifest["metadata"], "namespace": NAMESPACE}}
+    assert validate(applied) == []
+
+
+PROBE = {
+    "httpGet": {"path": "/health", "port": 49983},
+    "initialDelaySeconds": 2,
+    "periodSeconds": 5,
+    "timeoutSeconds": 2,
+    "failureThreshold": 3,
+}
+AGENT_ARGS = ["--address", "0.0.0.0:49983", "--root", "/workspace"]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_a_delivered_agent_is_copied_in_first_and_run_read_only(preset: str) -> None:
+    spec = pod_spec(run({"preset": preset}, p=AGENT_PLATFORM))
+    (sandbox,) = spec["containers"]
+    (copy,) = spec["initContainers"]
+    assert copy == {
+        "name": "agent",
+        "image": AGENT_IMAGE,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["cp", "-R", "/opt/workspace-sandbox-agent/.", "/agent"],
+        "resources": {
+            "requests": {"cpu": "100m", "memory": "64Mi", "ephemeral-storage": "64Mi"},
+            "limits": {"cpu": "100m", "memory": "64Mi", "ephemeral-storage": "64Mi"},
+        },
+        # As hardened as the sandbox's own container.
+        "securityContext": sandbox["securityContext"],
+        "volumeMounts": [{"name": "agent", "mountPath": "/agent"}],
+    }
+    assert {"name": "agent", "emptyDir": {"sizeLimit": "128Mi"}} in spec["volumes"]
+    assert sandbox["volumeMounts"][-1] == {
+        "name": "agent",
+        "mountPath": "/opt/workspace-sandbox-agent",
+        "readOnly": True,
+    }
+    assert sandbox["command"] == [
+        "python3",
+        "-I",
+        "/opt/workspace-sandbox-agent/workspace-sandbox-agent",
+        *AGENT_ARGS,
+    ]
+    assert sandbox["readinessProbe"] == PROBE
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_without_a_delivered_agent_the_pod_runs_the_images_own(preset: str) -> None:
+    spec = pod_spec(run({"preset": preset}))
+    (sandbox,) = spec["containers"]
+    assert "initContainers" not in spec
+    assert [v["name"] for v in spec["volumes"]] == ["workspace", "tmp"]
+    assert [m["name"] for m in sandbox["volumeMounts"]] == ["workspace", "tmp"]
+    assert sandbox["command"] == ["workspace-sandbox-agent", *AGENT_ARGS]
+    assert sandbox["readinessProbe"] == PROBE
+
+
+def test_a_pod_sandbox_is_never_warned_about_the_agent() -> None:
+    # Its image may carry the agent; a VM without input.agent can't.
+    assert run({"preset": "kata"}).notices == {}
 
 
 def test_a_cluster_dns_pod_preset_passes_too() -> None:

@@ -3,13 +3,21 @@ from typing import Any
 
 import pytest
 
+from function.compose.account import guest_account
 from function.compose.names import workspace_volume_name
 from function.compose.sizing import size
 from function.compose.virtual_machine import virtual_machine
 from function.errors import FieldError
 from function.model import parse
-from function.model.platform import Preset
-from tests.support import PLATFORM, platform_input, workspace
+from function.model.platform import Preset, SandboxPlatform
+from tests.support import (
+    AGENT_IMAGE,
+    AGENT_PLATFORM,
+    PLATFORM,
+    owned,
+    platform_input,
+    workspace,
+)
 
 STANDARD = platform_input()["presets"]["standard"]
 
@@ -18,10 +26,24 @@ def preset(**changes: Any) -> Preset:
     return parse(Preset, {**STANDARD, **changes}, "input.presets.standard")
 
 
-def vm(spec: dict[str, Any] | None = None, p: Preset | None = None) -> dict[str, Any]:
-    ws, p = workspace(spec), p or PLATFORM.presets["standard"]
-    image = PLATFORM.images["ubuntu-24.04"]
-    return virtual_machine(ws, p, PLATFORM, size(ws, "standard", p, image))["vm"]
+def vm(
+    spec: dict[str, Any] | None = None,
+    p: Preset | None = None,
+    *,
+    platform: SandboxPlatform = PLATFORM,
+    observed: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    ws, p = workspace(spec), p or platform.presets["standard"]
+    image = platform.images["ubuntu-24.04"]
+    account = guest_account(owned(observed))
+    return virtual_machine(ws, p, platform, size(ws, "standard", p, image), account)["vm"]
+
+
+def boot_command(manifest: dict[str, Any]) -> list[str]:
+    volumes = manifest["spec"]["template"]["spec"]["volumes"]
+    (data,) = [v["cloudInitNoCloud"]["userData"] for v in volumes if "cloudInitNoCloud" in v]
+    command: list[str] = json.loads(data.split("\n", 1)[1])["bootcmd"][0]
+    return command
 
 
 @pytest.mark.parametrize(
@@ -127,8 +149,64 @@ def test_ssh_keys_reach_the_guest_as_arguments_never_as_shell_text() -> None:
     assert header == "#cloud-config"
     config = json.loads(body)
     sh, dash_c, script, argv0, *keys = config["bootcmd"][0]
-    assert (sh, dash_c, argv0) == ("sh", "-c", "sandbox")
+    assert (sh, dash_c, argv0) == ("sh", "-c", "user")
     assert keys == [key]
     assert "$(me)" not in script
     assert config["users"] == []
     assert config["ssh_pwauth"] is False
+
+
+def test_with_the_agent_the_vm_attaches_its_disk_read_only_and_is_ready_when_it_answers() -> None:
+    manifest = vm(platform=AGENT_PLATFORM)
+    template = manifest["spec"]["template"]["spec"]
+    assert template["volumes"][2] == {
+        "name": "agent",
+        "containerDisk": {
+            "image": AGENT_IMAGE,
+            "path": "/disk/agent.img",
+            "imagePullPolicy": "IfNotPresent",
+        },
+    }
+    # The serial is how the guest finds it: /dev/disk/by-id/virtio-wsagent.
+    assert template["domain"]["devices"]["disks"][2] == {
+        "name": "agent",
+        "disk": {"bus": "virtio", "readonly": True},
+        "serial": "wsagent",
+    }
+    assert template["readinessProbe"] == {
+        "httpGet": {"path": "/health", "port": 49983},
+        "initialDelaySeconds": 2,
+        "periodSeconds": 5,
+        "timeoutSeconds": 2,
+        "failureThreshold": 3,
+    }
+
+
+def test_the_boot_script_mounts_the_agent_disk_and_runs_its_boot_script_last() -> None:
+    script = boot_command(vm(platform=AGENT_PLATFORM))[2]
+    *_, mount, boot = script.split(";")
+    assert mount == "mount -o ro,nosuid,nodev /dev/disk/by-id/virtio-wsagent $m"
+    assert boot == "sh $m/boot.sh 49983 $U $W"
+    assert ";m=/run/wsagent;mkdir -p $m;udevadm settle;" in script
+    assert ";U=user;W=/workspace;" in script
+
+
+def test_the_agent_port_is_the_platforms() -> None:
+    gateway = AGENT_PLATFORM.gateway.model_copy(update={"agent_port": 8000})
+    moved = AGENT_PLATFORM.model_copy(update={"gateway": gateway})
+    manifest = vm(platform=moved)
+    assert boot_command(manifest)[2].endswith(";sh $m/boot.sh 8000 $U $W")
+    assert manifest["spec"]["template"]["spec"]["readinessProbe"]["httpGet"]["port"] == 8000
+
+
+def test_without_the_agent_the_vm_has_no_agent_disk_and_no_probe() -> None:
+    template = vm()["spec"]["template"]["spec"]
+    assert [v["name"] for v in template["volumes"]] == ["workspace", "cloudinit"]
+    assert [d["name"] for d in template["domain"]["devices"]["disks"]] == [
+        "workspace",
+        "cloudinit",
+    ]
+    assert "readinessProbe" not in template
+    script = boot_command(vm())[2]
+    assert "boot.sh" not in script
+    assert "mount" not in script

@@ -1,0 +1,60 @@
+#!/bin/sh
+# boot.sh PORT USER ROOT: starts the agent in a VM, from the agent's disk.
+#
+# The VM's cloud-init runs this on every boot, as root, from the disk mounted read-only under
+# /run (function/compose/cloud_init.py). It writes the agent's systemd unit into
+# /run/systemd/system, which is root's and empty at every boot, so no unit outlives the disk
+# that holds its program, and starts it without waiting: cloud-init is still running, and the
+# unit is ordered after it. The unit runs the agent as root, so that it can act as any local
+# user; the sandbox's user is its default, and the workspace is the root of files and commands.
+#
+# Root writes one file, through no path anyone else can change: a fresh temporary file made
+# beside the unit by mktemp (O_EXCL, never following a link), renamed over the unit (a rename
+# replaces a link, never follows it; -T refuses a directory in its place).
+set -eu
+
+die() {
+  echo "boot.sh: $*" >&2
+  exit 1
+}
+
+[ $# -eq 3 ] || die "usage: boot.sh PORT USER ROOT"
+port=$1 user=$2 root=$3
+# Each goes into the unit's ExecStart line: nothing that systemd would split, quote or expand.
+case $port in '' | *[!0-9]* | 0*) die "PORT must be a number from 1 to 65535, not '$port'" ;; esac
+[ "$port" -le 65535 ] || die "PORT must be a number from 1 to 65535, not '$port'"
+case $user in '' | [!a-z_]* | *[!a-z0-9_-]*) die "USER must be a plain user name, not '$user'" ;; esac
+case $root in /*) ;; *) die "ROOT must be an absolute path, not '$root'" ;; esac
+case $root in *[!A-Za-z0-9/._-]*) die "ROOT must be a plain path, not '$root'" ;; esac
+
+here=$(cd "$(dirname "$0")" && pwd -P)
+case $here in /*[!A-Za-z0-9/._-]* | [!/]*) die "the agent's disk is at an unusual path: '$here'" ;; esac
+python=$(command -v python3) || die "no python3 on PATH: the agent needs CPython 3.11 or newer"
+case $python in /*) ;; *) die "python3 is not a program: '$python'" ;; esac
+
+units=/run/systemd/system
+# Not created here: its existence is how programs know that systemd runs this machine.
+[ -d "$units" ] || die "$units is missing: this guest does not run systemd"
+unit=$units/workspace-sandbox-agent.service
+
+tmp=$(mktemp "$units/.workspace-sandbox-agent.XXXXXXXX")
+trap 'rm -f "$tmp"' EXIT
+cat >"$tmp" <<UNIT
+[Unit]
+Description=Workspace sandbox agent: files and commands for the platform's gateway
+After=local-fs.target network.target cloud-init.service cloud-init-network.service
+# Never give up: the sandbox is not ready until the agent answers.
+StartLimitIntervalSec=0
+
+[Service]
+ExecStart=$python -I $here/workspace-sandbox-agent --address 0.0.0.0:$port --root $root --user $user
+Restart=always
+RestartSec=2
+LimitNOFILE=65536
+UNIT
+chmod 644 "$tmp"
+mv -fT "$tmp" "$unit"
+trap - EXIT
+
+systemctl daemon-reload
+systemctl start --no-block workspace-sandbox-agent.service

@@ -1,0 +1,121 @@
+"""The in-sandbox agent: how it reaches a VM or a pod, how it starts, and when it is ready.
+
+One digest-pinned image (`input.agent.image`, built by `agent/Dockerfile`) carries the agent
+twice. A VM attaches its `/disk/agent.img`, an ext4 filesystem, as a read-only virtio disk with
+a fixed serial, so the guest finds it at `/dev/disk/by-id/virtio-<serial>` whatever else is
+attached; the boot script mounts it and runs the `boot.sh` on it, which starts the agent as a
+systemd service (`cloud_init.py`). A pod's init container copies `/opt/workspace-sandbox-agent/`
+into an emptyDir that the sandbox container mounts read-only and runs with its own `python3`.
+Either way the agent's bytes stay out of the desired state: the function only names the image.
+
+The bundle is pure Python and abi3 wheels, so it runs on any CPython 3.11 or newer of the
+image's architecture. Without `input.agent`, a pod runs the `workspace-sandbox-agent` on its
+image's PATH (the reference image, `images/sandbox/Dockerfile`, installs it), and a VM gets no
+agent: a warning says so, and the VM has no readiness probe, since nothing would answer it.
+"""
+
+from typing import Any
+
+from function.model.platform import SandboxPlatform
+
+# The image's two layouts, and where a pod mounts its copy of the bundle.
+BUNDLE = "/opt/workspace-sandbox-agent"
+LAUNCHER = "workspace-sandbox-agent"
+DISK_PATH = "/disk/agent.img"
+# virtio-blk serials are at most 20 characters of [A-Za-z0-9_.+-]; udev links the disk as
+# /dev/disk/by-id/virtio-<serial>, which no filesystem label on another disk can imitate.
+DISK_SERIAL = "wsagent"
+VOLUME = "agent"
+WORKSPACE = "/workspace"
+HEALTH = "/health"
+
+# requests = limits for the copy, like every container of a sandbox pod.
+_COPY_RESOURCES = {"cpu": "100m", "memory": "64Mi", "ephemeral-storage": "64Mi"}
+# The bundle is about 25 MiB; the copy may never fill the pod's ephemeral storage.
+COPY_SIZE = "128Mi"
+_COPY_TARGET = "/agent"
+
+
+def readiness_probe(platform: SandboxPlatform) -> dict[str, Any]:
+    """Ready when the agent answers /health: then files and commands work.
+
+    kubelet probes from the node, which the policies leave open (README, "Network isolation");
+    for a VM, KubeVirt puts the probe on the virt-launcher pod and reports it as the VM's
+    `status.ready`.
+    """
+    return {
+        "httpGet": {"path": HEALTH, "port": platform.gateway.agent_port},
+        "initialDelaySeconds": 2,
+        "periodSeconds": 5,
+        "timeoutSeconds": 2,
+        "failureThreshold": 3,
+    }
+
+
+def pod_command(platform: SandboxPlatform) -> list[str]:
+    """The sandbox container's command: the delivered bundle, or the image's own agent.
+
+    `python3 -I` ignores PYTHON* variables and the user's site-packages, which the workspace
+    (the pod's HOME) would hold. Not root, the agent acts as the pod's user alone.
+    """
+    args = ["--address", f"0.0.0.0:{platform.gateway.agent_port}", "--root", WORKSPACE]
+    if platform.agent is None:
+        return [LAUNCHER, *args]
+    return ["python3", "-I", f"{BUNDLE}/{LAUNCHER}", *args]
+
+
+def pod_mounts(platform: SandboxPlatform) -> list[dict[str, Any]]:
+    if platform.agent is None:
+        return []
+    return [{"name": VOLUME, "mountPath": BUNDLE, "readOnly": True}]
+
+
+def pod_volumes(platform: SandboxPlatform) -> list[dict[str, Any]]:
+    if platform.agent is None:
+        return []
+    return [{"name": VOLUME, "emptyDir": {"sizeLimit": COPY_SIZE}}]
+
+
+def init_containers(platform: SandboxPlatform, security: dict[str, Any]) -> list[dict[str, Any]]:
+    """The copy of the bundle into the pod, as hardened as the sandbox container itself."""
+    if platform.agent is None:
+        return []
+    return [
+        {
+            "name": "agent",
+            "image": platform.agent.image,
+            "imagePullPolicy": "IfNotPresent",
+            # Not -a: the copy belongs to the pod's user, whatever owns the image's files.
+            "command": ["cp", "-R", f"{BUNDLE}/.", _COPY_TARGET],
+            "resources": {"requests": dict(_COPY_RESOURCES), "limits": dict(_COPY_RESOURCES)},
+            "securityContext": security,
+            "volumeMounts": [{"name": VOLUME, "mountPath": _COPY_TARGET}],
+        }
+    ]
+
+
+def vm_disk() -> dict[str, Any]:
+    return {"name": VOLUME, "disk": {"bus": "virtio", "readonly": True}, "serial": DISK_SERIAL}
+
+
+def vm_volume(platform: SandboxPlatform) -> dict[str, Any] | None:
+    if platform.agent is None:
+        return None
+    return {
+        "name": VOLUME,
+        "containerDisk": {
+            "image": platform.agent.image,
+            "path": DISK_PATH,
+            "imagePullPolicy": "IfNotPresent",
+        },
+    }
+
+
+def not_configured(preset_name: str, platform: SandboxPlatform) -> str:
+    """What the platform engineer is told while VMs get no agent."""
+    return (
+        f"input.agent: not set, so the VM of preset {preset_name!r} gets no in-sandbox agent: "
+        f"nothing answers on gateway.agentPort {platform.gateway.agent_port}, and files and "
+        "commands can't be used; build the agent image (agent/Dockerfile) and set "
+        "input.agent.image to it, pinned by digest"
+    )
