@@ -10,6 +10,7 @@ the same header bounds only the stream.
 """
 
 import asyncio
+import os
 import signal
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing, asynccontextmanager
@@ -48,7 +49,7 @@ from workspace_agent._proto.process.process_pb import (
 from workspace_agent.errors import AgentError
 from workspace_agent.events import KEEPALIVE, Feed, ended, is_end, started
 from workspace_agent.launch import Launch, environment, spawn, working_directory
-from workspace_agent.running import Command, Table
+from workspace_agent.running import Command, Table, reap_orphans
 from workspace_agent.state import Agent
 from workspace_agent.users import basic_user
 
@@ -62,6 +63,11 @@ class ProcessService(Process):
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
         self.table = Table()
+        self._reaper = (
+            asyncio.get_running_loop().create_task(reap_orphans(self.table))
+            if os.getpid() == 1
+            else None
+        )
 
     async def start(
         self, request: StartRequest, ctx: RequestContext[StartRequest, StartResponse]
@@ -186,6 +192,8 @@ class ProcessService(Process):
 
     async def close(self) -> None:
         """Kill what is still running when the agent stops."""
+        if self._reaper is not None:
+            self._reaper.cancel()
         commands = list(self.table.running.values())
         for command in commands:
             command.expire()

@@ -11,13 +11,15 @@ after a short limit, the end is sent anyway. Envd does the same by closing the p
 """
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
 import signal
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
+from pathlib import Path
 
 from connectrpc.code import Code
 
@@ -36,6 +38,8 @@ DRAIN_LIMIT = 2.0
 """After exit, the longest the end waits for the pipes, however chatty a background child."""
 POLL = 0.05
 """Exit polling interval where pidfds are missing (old kernels, some sandboxed runtimes)."""
+REAP_EVERY = 1.0
+"""As PID 1, how often to look for orphans that ended."""
 KEEP_ENDED = 256
 KEEP_ENDED_SECONDS = 600.0
 """Ended commands are remembered, for a late Connect, only this many and this long."""
@@ -345,3 +349,37 @@ def _not_found(selector: int | str) -> AgentError:
     if isinstance(selector, int):
         return AgentError(Code.NOT_FOUND, f"process with pid {selector} not found")
     return AgentError(Code.NOT_FOUND, f"process with tag {selector} not found")
+
+
+def orphans(ours: Container[int]) -> list[int]:
+    """Ended children of this process that are no command of ours: what a PID 1 inherits."""
+    me = os.getpid()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) in ours:
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:  # it went away
+            continue
+        # The command name may hold spaces and parentheses; the fields follow the last ')'.
+        state, parent = stat[stat.rindex(")") + 2 :].split()[:2]
+        if state == "Z" and int(parent) == me:
+            found.append(int(entry.name))
+    return found
+
+
+async def reap_orphans(table: Table) -> None:
+    """Reap the children that commands leave behind, for as long as the agent serves.
+
+    In a pod the agent is the container's first process, so what a command started and left
+    running (`cmd &`) becomes the agent's child when the command ends, and stays a zombie
+    unless the agent waits for it. Commands of our own are left to their supervisors, which
+    read their exit status; spawning and registering a command happen without a pause in
+    between, so no command is ever mistaken for an orphan.
+    """
+    while True:
+        await asyncio.sleep(REAP_EVERY)
+        for pid in orphans(table.running):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222  # WNOHANG: no wait
