@@ -55,22 +55,29 @@ def free_port() -> int:
 
 def start(root: Path, *, user: str = DEFAULT_USER, as_uid: int | None = None) -> Running:
     port = free_port()
-    process = subprocess.Popen(
-        [
-            str(AGENT),
-            "--address",
-            f"127.0.0.1:{port}",
-            "--root",
-            str(root),
-            "--user",
-            user,
-            "--log-level",
-            "warning",
-        ],
-        user=as_uid,
-        group=None if as_uid is None else NOBODY.pw_gid,
-        extra_groups=None if as_uid is None else [],
-    )
+    try:
+        process = subprocess.Popen(
+            [
+                str(AGENT),
+                "--address",
+                f"127.0.0.1:{port}",
+                "--root",
+                str(root),
+                "--user",
+                user,
+                "--log-level",
+                "warning",
+            ],
+            user=as_uid,
+            group=None if as_uid is None else NOBODY.pw_gid,
+            extra_groups=None if as_uid is None else [],
+        )
+    except PermissionError:
+        if as_uid is None:
+            raise
+        pytest.skip(
+            f"uid {as_uid} can't run {AGENT} (nor its interpreter); set AGENT to one it can"
+        )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
