@@ -120,20 +120,18 @@ def byte_range(value: str | None, size: int) -> tuple[int, int] | None:
     if unit.strip().lower() != "bytes" or "," in spec:
         return None
     first, dash, last = spec.strip().partition("-")
-    if not dash or not (first.isdigit() or last.isdigit()):
+    if not dash or not (first or last) or not all(p.isdigit() for p in (first, last) if p):
         return None
     if not first:  # the last N bytes
-        n = int(last)
-        if n == 0 or size == 0:
+        if int(last) == 0 or size == 0:
             raise _Unsatisfiable
-        return max(size - n, 0), size - 1
+        return max(size - int(last), 0), size - 1
     start = int(first)
-    end = int(last) if last.isdigit() else size - 1
-    if end < start:
+    if last and int(last) < start:
         return None
     if start >= size:
         raise _Unsatisfiable
-    return start, min(end, size - 1)
+    return start, min(int(last), size - 1) if last else size - 1
 
 
 class _Unsatisfiable(Exception):  # noqa: N818  # a range, not an error of ours
@@ -504,40 +502,48 @@ async def _write_parts(call: _Call, boundary: bytes, body: _Body) -> list[dict[s
         parser = MultipartParser(boundary, part.callbacks(), max_header_size=MAX_PART_HEADER)
     except ValueError as e:
         raise AgentError(Code.INVALID_ARGUMENT, f"bad multipart boundary: {e}") from None
-    written: list[dict[str, str]] = []
-    current: _Destination | None = None
+    files = _Files(call)
     try:
         async for chunk in body.chunks():
             try:
                 parser.write(chunk)
             except Exception as e:  # python-multipart's errors are several unrelated types
                 raise AgentError(Code.INVALID_ARGUMENT, f"malformed multipart body: {e}") from None
-            current = await _act_on(call, part, current, written)
+            await files.act_on(part.events)
+            part.events.clear()
+        if parser.state != MultipartState.END:
+            raise AgentError(
+                Code.INVALID_ARGUMENT, "the multipart body ended before its last boundary"
+            )
     except BaseException:
-        if current is not None:
-            await current.abort()
+        await files.abort()
         raise
-    if parser.state != MultipartState.END:
-        raise AgentError(Code.INVALID_ARGUMENT, "the multipart body ended before its last boundary")
-    if not written:
+    if not files.written:
         raise AgentError(Code.INVALID_ARGUMENT, "the multipart body has no part named 'file'")
-    return written
+    return files.written
 
 
-async def _act_on(
-    call: _Call, part: _Part, current: "_Destination | None", written: list[dict[str, str]]
-) -> "_Destination | None":
-    """Start, feed and finish files as the parser's events say; the file still being written."""
-    for kind, data in part.events:
-        if kind == "begin":
-            current = await _begin_part(call, data, written)
-        elif kind == "data" and current is not None:
-            await current.write(data)
-        elif kind == "end" and current is not None:
-            written.append(await current.commit())
-            current = None
-    part.events.clear()
-    return current
+@dataclass
+class _Files:
+    """The files of a multipart body: those written, and the one being written."""
+
+    call: _Call
+    written: list[dict[str, str]] = field(default_factory=list)
+    current: "_Destination | None" = None
+
+    async def act_on(self, events: list[tuple[str, bytes]]) -> None:
+        for kind, data in events:
+            if kind == "begin":
+                self.current = await _begin_part(self.call, data, self.written)
+            elif kind == "data" and self.current is not None:
+                await self.current.write(data)
+            elif kind == "end" and self.current is not None:
+                current, self.current = self.current, None
+                self.written.append(await current.commit())
+
+    async def abort(self) -> None:
+        if self.current is not None:
+            await self.current.abort()
 
 
 async def _begin_part(
