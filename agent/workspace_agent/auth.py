@@ -112,7 +112,10 @@ def parse_init(body: bytes) -> InitRequest:
 
 def apply_init(agent: Agent, request: InitRequest) -> None:
     """Check every setting, then change them together."""
-    user = agent.users.resolve(request.default_user)
+    try:
+        user = agent.users.resolve(request.default_user)
+    except AgentError as e:
+        raise AgentError(Code.INVALID_ARGUMENT, f"defaultUser: {e.message}") from None
     workdir = agent.session.workdir
     if request.default_workdir is not None:
         workdir = Path(paths.resolve(request.default_workdir, agent.workdir, user.home))
