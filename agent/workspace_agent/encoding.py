@@ -2,7 +2,9 @@
 
 Downloads: the SDK's HTTP client asks for gzip on every read, and zlib at its fastest level
 compresses data that won't compress (archives, images, anything random) at only about 60 MiB/s
-on a small VM, well under what a plain copy does. So the encoder decides chunk by chunk: it
+on a small VM, well under what a plain copy does; even stored, gzip costs the client a second
+pass. So a file whose first chunk doesn't shrink is sent as it is (Accept-Encoding permits, it
+does not oblige), and for the rest the encoder decides chunk by chunk: it
 deflates a chunk, and when that saved less than a tenth, the next chunks go out as deflate
 *stored* blocks (a copy plus a checksum) until it tries compressing again. Every compressed run
 ends with a full flush, which resets zlib's history, so stored blocks can sit between compressed
@@ -76,6 +78,11 @@ class GzipEncoder:
         else:
             self._run = STORED_RUN
         return out
+
+    @property
+    def compressing(self) -> bool:
+        """Whether the last chunk paid for compressing (the next is compressed too)."""
+        return self._store == 0
 
     def finish(self) -> bytes:
         return self._deflate.flush(zlib.Z_FINISH) + struct.pack(

@@ -155,58 +155,70 @@ def _next_chunk(fd: int, offset: int, size: int, encoder: GzipEncoder | None) ->
 async def _download(call: _Call, receive: Receive, send: Send) -> None:
     path = call.path(call.params.get("path"))
     fd, st = await call.as_user(lambda: _open_for_reading(path))
-    scope = call.scope
     try:
-        size = st.st_size
-        headers = [
-            (b"content-type", b"application/octet-stream"),
-            (b"content-disposition", content_disposition(os.path.basename(path))),
-            (b"last-modified", email.utils.formatdate(st.st_mtime, usegmt=True).encode()),
-            (b"accept-ranges", b"bytes"),
-            (b"vary", b"Accept-Encoding"),
-        ]
-        ranged = header(scope, "range") if header(scope, "if-range") is None else None
-        try:
-            span = byte_range(ranged, size)
-        except _Unsatisfiable:
-            message = f"range {ranged!r} is outside the file's {size} bytes"
-            body = json.dumps({"code": 416, "message": message}).encode()
-            unsatisfiable = ((b"content-range", f"bytes */{size}".encode()),)
-            await respond(send, 416, body, JSON, unsatisfiable)
-            return
-        start, end = span or (0, size - 1)
-        status = 200
-        encoder = None
-        if span is not None:
-            status = 206
-            headers.append((b"content-range", f"bytes {start}-{end}/{size}".encode()))
-        elif accepts_gzip(header(scope, "accept-encoding")):
-            encoder = GzipEncoder()
-            headers.append((b"content-encoding", b"gzip"))
-        if encoder is None:
-            headers.append((b"content-length", str(end - start + 1).encode()))
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        async with _watch_disconnect(receive) as gone:
-            if encoder:
-                await send(
-                    {"type": "http.response.body", "body": encoder.HEADER, "more_body": True}
-                )
-            offset, left = start, end - start + 1
-            while left > 0 and not gone.is_set():
-                n, data = await asyncio.to_thread(
-                    _next_chunk, fd, offset, min(READ_CHUNK, left), encoder
-                )
-                if n == 0:  # shrank under us
-                    if encoder is None:
-                        return  # short of its Content-Length: the server drops the connection
-                    break
-                offset, left = offset + n, left - n
-                if data:
-                    await send({"type": "http.response.body", "body": data, "more_body": True})
-            tail = encoder.finish() if encoder else b""
-            await send({"type": "http.response.body", "body": tail, "more_body": False})
+        await _send_file(call.scope, receive, send, fd=fd, st=st, name=os.path.basename(path))
     finally:
         os.close(fd)
+
+
+def _try_gzip(fd: int, size: int) -> tuple[GzipEncoder | None, int, bytes]:
+    """Compress the first chunk; keep compressing only if that paid (the chunk as sent)."""
+    data = os.pread(fd, size, 0)
+    encoder = GzipEncoder()
+    packed = encoder.encode(data)
+    if encoder.compressing:
+        return encoder, len(data), encoder.HEADER + packed
+    return None, len(data), data
+
+
+async def _send_file(
+    scope: Scope, receive: Receive, send: Send, *, fd: int, st: os.stat_result, name: str
+) -> None:
+    """The file whole or the range asked for; gzip when the client takes it and it pays."""
+    size = st.st_size
+    headers = [
+        (b"content-type", b"application/octet-stream"),
+        (b"content-disposition", content_disposition(name)),
+        (b"last-modified", email.utils.formatdate(st.st_mtime, usegmt=True).encode()),
+        (b"accept-ranges", b"bytes"),
+        (b"vary", b"Accept-Encoding"),
+    ]
+    ranged = header(scope, "range") if header(scope, "if-range") is None else None
+    try:
+        span = byte_range(ranged, size)
+    except _Unsatisfiable:
+        message = f"range {ranged!r} is outside the file's {size} bytes"
+        body = json.dumps({"code": 416, "message": message}).encode()
+        await respond(send, 416, body, JSON, ((b"content-range", f"bytes */{size}".encode()),))
+        return
+    start, end = span or (0, size - 1)
+    status, encoder, offset, first = 200, None, start, b""
+    if span is not None:
+        status = 206
+        headers.append((b"content-range", f"bytes {start}-{end}/{size}".encode()))
+    elif accepts_gzip(header(scope, "accept-encoding")):
+        encoder, offset, first = await asyncio.to_thread(_try_gzip, fd, min(READ_CHUNK, size))
+    if encoder is not None:
+        headers.append((b"content-encoding", b"gzip"))
+    else:
+        headers.append((b"content-length", str(end - start + 1).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    async with _watch_disconnect(receive) as gone:
+        if first:
+            await send({"type": "http.response.body", "body": first, "more_body": True})
+        while offset <= end and not gone.is_set():
+            n, data = await asyncio.to_thread(
+                _next_chunk, fd, offset, min(READ_CHUNK, end + 1 - offset), encoder
+            )
+            if n == 0:  # shrank under us
+                if encoder is None:
+                    return  # short of its Content-Length: the server drops the connection
+                break
+            offset += n
+            if data:
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+        tail = encoder.finish() if encoder else b""
+        await send({"type": "http.response.body", "body": tail, "more_body": False})
 
 
 @contextlib.asynccontextmanager

@@ -423,3 +423,16 @@ def test_errors_name_the_request_in_json(agent: Running) -> None:
         "code": 404,
         "message": "/nonexistent/deep/file: no such file or directory",
     }
+
+
+def test_what_does_not_compress_is_sent_as_it_is(agent: Running) -> None:
+    """gzip is the client's offer, not an obligation: random bytes and tiny files go plain."""
+    noise = os.urandom(3 * MIB)
+    put(agent, "noise.bin", noise)
+    put(agent, "tiny.txt", b"hi")
+    put(agent, "empty.txt", b"")
+    for name, data in (("noise.bin", noise), ("tiny.txt", b"hi"), ("empty.txt", b"")):
+        headers, raw = raw_get(agent, name, "gzip")
+        assert "content-encoding" not in headers, name
+        assert headers["content-length"] == str(len(data))
+        assert raw == data
