@@ -312,7 +312,7 @@ def _create_beside(path: str) -> _Temporary:
         raise paths.failure(e, parent) from None
     try:
         keep = _existing_mode(directory, final, path)
-        name = f".{final[:64]}.{secrets.token_hex(8)}.upload"
+        name = f".{final[:32]}.{secrets.token_hex(8)}.upload"  # within NAME_MAX, in any script
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
         fd = os.open(name, flags, 0o666, dir_fd=directory)
         if keep is not None:
@@ -399,12 +399,12 @@ class _Destination:
         assert self.temporary is not None  # noqa: S101
         await self._flush()
         temporary = self.temporary
+        fd, temporary.fd = temporary.fd, -1
         try:
-            os.close(temporary.fd)
+            os.close(fd)  # a network filesystem may report a failed write only here
         except OSError as e:
             await self.abort()
             raise paths.failure(e, self.path) from None
-        temporary.fd = -1
         try:
             await self.call.as_user(lambda: _rename_into_place(temporary, self.path))
         except BaseException:

@@ -162,26 +162,31 @@ def list_dir(path: str, depth: int) -> list[EntryInfo]:
         raise AgentError(Code.INVALID_ARGUMENT, f"{path}: path is not a directory")
     names = _Names()
     out: list[EntryInfo] = []
-
-    def walk(directory: str, level: int, *, top: bool) -> None:
+    # Depth first in name order, as Go's WalkDir; a stack, as a hostile tree may be very deep.
+    pending = [(child, 1) for child in reversed(_children(path, top=True))]
+    while pending:
+        child_path, level = pending.pop()
         try:
-            with os.scandir(directory) as it:
-                children = sorted(it, key=lambda e: e.name)
-        except OSError as e:
-            if top:
-                raise paths.failure(e, directory) from None
-            return  # a subdirectory the user can't read is listed, not entered
-        for child in children:
-            child_path = _join(directory, child.name)
-            try:
-                out.append(entry(child_path, names))
-            except AgentError:
-                continue  # gone since it was listed
-            if level < depth and child.is_dir(follow_symlinks=False):
-                walk(child_path, level + 1, top=False)
-
-    walk(path, 1, top=True)
+            info = entry(child_path, names)
+        except AgentError:
+            continue  # gone since it was listed
+        out.append(info)
+        if level < depth and info.type == FileType.DIRECTORY and not info.is_symlink:
+            below = _children(child_path, top=False)
+            pending += [(grandchild, level + 1) for grandchild in reversed(below)]
     return out
+
+
+def _children(directory: str, *, top: bool) -> list[str]:
+    """The paths in `directory`, by name; a subdirectory the user can't read has none."""
+    try:
+        with os.scandir(directory) as it:
+            names = sorted(e.name for e in it)
+    except OSError as e:
+        if top:
+            raise paths.failure(e, directory) from None
+        return []
+    return [_join(directory, name) for name in names]
 
 
 def _join(directory: str, name: str) -> str:

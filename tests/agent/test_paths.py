@@ -1,14 +1,16 @@
 """Paths and modes, without a server: what the agent resolves and how it spells a file's mode."""
 
 import errno
+import os
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
 from connectrpc.code import Code
 from workspace_agent import paths
 from workspace_agent.errors import AgentError
-from workspace_agent.filesystem import go_mode, permissions
+from workspace_agent.filesystem import go_mode, list_dir, permissions
 
 WORKDIR = Path("/workspace")
 HOME = Path("/home/user")
@@ -79,3 +81,22 @@ def test_kernel_errors_become_the_codes_the_sdk_maps() -> None:
 def test_modes_as_go_spells_them(mode: int, go: int, text: str) -> None:
     assert go_mode(mode) == go
     assert permissions(mode) == text
+
+
+def test_listing_a_very_deep_tree(tmp_path: Path) -> None:
+    """Hostile code can nest directories far deeper than Python's recursion limit."""
+    fd = os.open(tmp_path, os.O_RDONLY)
+    for _ in range(1500):  # pathlib and os.makedirs would recurse themselves
+        os.mkdir("d", dir_fd=fd)
+        fd, parent = os.open("d", os.O_RDONLY, dir_fd=fd), fd
+        os.close(parent)
+    os.close(fd)
+    (tmp_path / "a.txt").write_text("a")
+    try:
+        found = list_dir(str(tmp_path), 5000)
+        assert len(found) == 1501
+        assert [e.name for e in found[:3]] == ["a.txt", "d", "d"]
+        assert found[-1].path == str(tmp_path) + "/d" * 1500
+        assert len(list_dir(str(tmp_path), 3)) == 4
+    finally:
+        subprocess.run(["rm", "-rf", str(tmp_path / "d")], check=True)
