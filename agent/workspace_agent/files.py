@@ -18,7 +18,6 @@ import contextlib
 import email.utils
 import json
 import os
-import secrets
 import stat
 import urllib.parse
 from collections.abc import AsyncIterator, Callable
@@ -312,7 +311,7 @@ def _create_beside(path: str) -> _Temporary:
         raise paths.failure(e, parent) from None
     try:
         keep = _existing_mode(directory, final, path)
-        name = f".{final[:32]}.{secrets.token_hex(8)}.upload"  # within NAME_MAX, in any script
+        name = paths.upload_name(final)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
         fd = os.open(name, flags, 0o666, dir_fd=directory)
         if keep is not None:

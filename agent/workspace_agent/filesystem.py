@@ -1,19 +1,12 @@
-"""The Filesystem service: stat, list, mkdir, move, remove, each as the caller's user.
+"""The Filesystem service: stat, list, mkdir, move, remove and watch, as the caller's user.
 
 The operations are plain blocking functions run on a thread acting as the user (`identity`), so
-the kernel decides what the user may see or change, links included. `EntryInfo` is what envd
-sends: `mode` holds the permission bits alone (the SDK's own tests expect 0o644 for a new file)
-while `permissions` spells the whole mode as Go's `FileMode.String()` does. A link is described
-by itself (name, size, owner, time) with the type and permission bits of what it points at and
-`is_symlink` set; a link whose target can't be reached (missing, a loop, or not visible to the
-user) has type `FILE_TYPE_SYMLINK` rather than envd's unspecified type, which the SDK would drop
-from listings and so hide a name that exists.
+the kernel decides what the user may see or change, links included; `entries` describes what
+they find, `watchers` watches directories.
 """
 
 import errno
-import grp
 import os
-import pwd
 import shutil
 import stat
 from collections.abc import AsyncIterator, Callable
@@ -21,14 +14,14 @@ from typing import Any, TypeVar
 
 from connectrpc.code import Code
 from connectrpc.request import RequestContext
-from protobuf.wkt.google.protobuf.timestamp_pb import Timestamp
 
-from workspace_agent import paths
+from workspace_agent import paths, watchers
 from workspace_agent._proto.filesystem.filesystem_connect import Filesystem
 from workspace_agent._proto.filesystem.filesystem_pb import (
     CreateWatcherRequest,
     CreateWatcherResponse,
     EntryInfo,
+    FilesystemEvent,
     FileType,
     GetWatcherEventsRequest,
     GetWatcherEventsResponse,
@@ -47,109 +40,18 @@ from workspace_agent._proto.filesystem.filesystem_pb import (
     WatchDirRequest,
     WatchDirResponse,
 )
+from workspace_agent.entries import Names, entry
 from workspace_agent.errors import AgentError
 from workspace_agent.identity import Identity
 from workspace_agent.state import Agent
 from workspace_agent.users import User, basic_user
+from workspace_agent.watchers import Polled, Watch
 
 T = TypeVar("T")
 
-# Go's os.FileMode type bits, highest first, with the letter FileMode.String() gives each.
-_GO_TYPE_LETTERS = "dalTLDpSugct?"
-_DIR, _SYMLINK, _DEVICE, _PIPE, _SOCKET = 1 << 31, 1 << 27, 1 << 26, 1 << 25, 1 << 24
-_SETUID, _SETGID, _CHARDEV, _STICKY = 1 << 23, 1 << 22, 1 << 21, 1 << 20
 DIR_MODE = 0o755  # what envd creates directories with, before the umask
-
-
-def go_mode(st_mode: int) -> int:
-    """A stat mode as Go's os.FileMode bits."""
-    kind = stat.S_IFMT(st_mode)
-    mode = {
-        stat.S_IFDIR: _DIR,
-        stat.S_IFLNK: _SYMLINK,
-        stat.S_IFBLK: _DEVICE,
-        stat.S_IFCHR: _DEVICE | _CHARDEV,
-        stat.S_IFIFO: _PIPE,
-        stat.S_IFSOCK: _SOCKET,
-    }.get(kind, 0)
-    for bit, go in ((stat.S_ISUID, _SETUID), (stat.S_ISGID, _SETGID), (stat.S_ISVTX, _STICKY)):
-        if st_mode & bit:
-            mode |= go
-    return mode | (st_mode & 0o777)
-
-
-def permissions(st_mode: int) -> str:
-    """Go's FileMode.String(): type letters (or "-"), then rwx for owner, group and others."""
-    mode = go_mode(st_mode)
-    kinds = "".join(c for i, c in enumerate(_GO_TYPE_LETTERS) if mode & (1 << (31 - i)))
-    rwx = "".join(c if mode & (1 << (8 - i)) else "-" for i, c in enumerate("rwxrwxrwx"))
-    return (kinds or "-") + rwx
-
-
-def _file_type(st_mode: int) -> FileType:
-    if stat.S_ISDIR(st_mode):
-        return FileType.DIRECTORY
-    if stat.S_ISLNK(st_mode):
-        return FileType.SYMLINK
-    return FileType.FILE if stat.S_ISREG(st_mode) else FileType.UNSPECIFIED
-
-
-class _Names:
-    """Owner and group names for one call, each looked up once; numbers when unknown."""
-
-    def __init__(self) -> None:
-        self._users: dict[int, str] = {}
-        self._groups: dict[int, str] = {}
-
-    def user(self, uid: int) -> str:
-        if uid not in self._users:
-            try:
-                self._users[uid] = pwd.getpwuid(uid).pw_name
-            except KeyError:
-                self._users[uid] = str(uid)
-        return self._users[uid]
-
-    def group(self, gid: int) -> str:
-        if gid not in self._groups:
-            try:
-                self._groups[gid] = grp.getgrgid(gid).gr_name
-            except KeyError:
-                self._groups[gid] = str(gid)
-        return self._groups[gid]
-
-
-def entry(path: str, names: _Names | None = None) -> EntryInfo:
-    """Describe `path` itself (a link is not followed for its own name, owner and time)."""
-    names = names or _Names()
-    try:
-        st = os.lstat(path)
-    except OSError as e:
-        raise paths.failure(e, path) from None
-    info = EntryInfo(
-        name=os.path.basename(path) or "/",
-        type=_file_type(st.st_mode),
-        path=path,
-        size=st.st_size,
-        mode=stat.S_IMODE(st.st_mode) & 0o777,
-        permissions=permissions(st.st_mode),
-        owner=names.user(st.st_uid),
-        group=names.group(st.st_gid),
-        modified_time=Timestamp(
-            seconds=st.st_mtime_ns // 1_000_000_000, nanos=st.st_mtime_ns % 1_000_000_000
-        ),
-    )
-    if stat.S_ISLNK(st.st_mode):
-        info.is_symlink = True
-        try:
-            target = os.stat(path)
-            info.symlink_target = os.path.realpath(path, strict=True)
-        except OSError:
-            info.symlink_target = os.readlink(path)
-            info.mode = 0
-        else:
-            info.type = _file_type(target.st_mode)
-            info.mode = target.st_mode & 0o777
-    return info
+MAX_QUIET = 3
+"""The longest a watch stream goes without sending anything."""
 
 
 def list_dir(path: str, depth: int) -> list[EntryInfo]:
@@ -160,7 +62,7 @@ def list_dir(path: str, depth: int) -> list[EntryInfo]:
         raise paths.failure(e, path) from None
     if not stat.S_ISDIR(st.st_mode):
         raise AgentError(Code.INVALID_ARGUMENT, f"{path}: path is not a directory")
-    names = _Names()
+    names = Names()
     out: list[EntryInfo] = []
     # Depth first in name order, as Go's WalkDir; a stack, as a hostile tree may be very deep.
     pending = [(child, 1) for child in reversed(_children(path, top=True))]
@@ -271,6 +173,7 @@ class FilesystemService(Filesystem):
     def __init__(self, agent: Agent, identity: Identity) -> None:
         self.agent = agent
         self.identity = identity
+        self.polled = Polled()
 
     def _user(self, ctx: RequestContext[Any, Any]) -> User:
         return self.agent.users.resolve(basic_user(ctx.request_headers.get("authorization")))
@@ -317,34 +220,69 @@ class FilesystemService(Filesystem):
         return RemoveResponse()
 
     async def watch_dir(
-        self, _request: WatchDirRequest, _ctx: RequestContext[WatchDirRequest, WatchDirResponse]
+        self, request: WatchDirRequest, ctx: RequestContext[WatchDirRequest, WatchDirResponse]
     ) -> AsyncIterator[WatchDirResponse]:
-        raise _no_watching()
-        yield WatchDirResponse()  # makes this a stream; never reached
+        watch = self._watch(ctx, request)
+        await watch.start()
+        try:
+            interval = _keepalive_seconds(ctx.request_headers.get("keepalive-ping-interval"))
+            yield watchers.started()
+            while True:
+                if not await watch.wait(interval):
+                    yield watchers.keepalive()
+                    continue
+                batch: list[FilesystemEvent] = []
+                await watch.read_into(batch)
+                for event in batch:
+                    yield watchers.changed(event)
+        finally:
+            watch.close()
 
     async def create_watcher(
         self,
-        _request: CreateWatcherRequest,
-        _ctx: RequestContext[CreateWatcherRequest, CreateWatcherResponse],
+        request: CreateWatcherRequest,
+        ctx: RequestContext[CreateWatcherRequest, CreateWatcherResponse],
     ) -> CreateWatcherResponse:
-        raise _no_watching()
+        watch = self._watch(ctx, request)
+        return CreateWatcherResponse(watcher_id=await self.polled.create(watch))
 
     async def get_watcher_events(
         self,
-        _request: GetWatcherEventsRequest,
+        request: GetWatcherEventsRequest,
         _ctx: RequestContext[GetWatcherEventsRequest, GetWatcherEventsResponse],
     ) -> GetWatcherEventsResponse:
-        raise _no_watching()
+        return GetWatcherEventsResponse(events=await self.polled.take(request.watcher_id))
 
     async def remove_watcher(
         self,
-        _request: RemoveWatcherRequest,
+        request: RemoveWatcherRequest,
         _ctx: RequestContext[RemoveWatcherRequest, RemoveWatcherResponse],
     ) -> RemoveWatcherResponse:
-        raise _no_watching()
+        await self.polled.remove(request.watcher_id)
+        return RemoveWatcherResponse()
+
+    def _watch(
+        self, ctx: RequestContext[Any, Any], request: WatchDirRequest | CreateWatcherRequest
+    ) -> Watch:
+        user = self._user(ctx)
+        return Watch(
+            self.identity,
+            user,
+            self._path(request.path, user),
+            recursive=request.recursive,
+            include_entry=request.include_entry,
+        )
 
 
-def _no_watching() -> AgentError:
-    return AgentError(
-        Code.UNIMPLEMENTED, "watching directories is not supported by this sandbox's agent"
-    )
+def _keepalive_seconds(header: str | None) -> float:
+    """`Keepalive-Ping-Interval` (whole seconds), but never more than `MAX_QUIET` seconds.
+
+    The Connect library notices a client that went away only when the next message is sent,
+    and until then the watch is held; frequent keepalives release it within seconds, and a
+    client ignores keepalives however often they come.
+    """
+    try:
+        seconds = int(header or "")
+    except ValueError:
+        seconds = MAX_QUIET
+    return float(min(max(seconds, 1), MAX_QUIET))

@@ -11,6 +11,8 @@ workspace root unless `/init` named another), and `..` is folded only after join
 
 import errno
 import posixpath
+import re
+import secrets
 from pathlib import Path
 
 from connectrpc.code import Code
@@ -32,6 +34,18 @@ def resolve(path: str, workdir: Path, home: Path) -> str:
     joined = posixpath.join(str(workdir), path)
     normal = posixpath.normpath(joined)
     return "/" + normal.lstrip("/")  # normpath keeps a leading "//"
+
+
+_UPLOAD = re.compile(r"\..*\.[0-9a-f]{16}\.upload", re.DOTALL)
+
+
+def upload_name(final: str) -> str:
+    """The temporary name an upload to `final` is written under, beside it."""
+    return f".{final[:32]}.{secrets.token_hex(8)}.upload"  # within NAME_MAX in any script
+
+
+def is_upload_name(name: str) -> bool:
+    return _UPLOAD.fullmatch(name) is not None
 
 
 _CODES = {

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from connectrpc.code import Code
 from workspace_agent import paths
+from workspace_agent.entries import go_mode, permissions
 from workspace_agent.errors import AgentError
-from workspace_agent.filesystem import go_mode, list_dir, permissions
+from workspace_agent.filesystem import list_dir
 
 WORKDIR = Path("/workspace")
 HOME = Path("/home/user")
@@ -100,3 +101,17 @@ def test_listing_a_very_deep_tree(tmp_path: Path) -> None:
         assert len(list_dir(str(tmp_path), 3)) == 4
     finally:
         subprocess.run(["rm", "-rf", str(tmp_path / "d")], check=True)
+
+
+def test_upload_names_are_recognised_and_short() -> None:
+    for final in ("a.txt", "x" * 255, "ü" * 100, ".hidden", "name.upload"):
+        temporary = paths.upload_name(final)
+        assert paths.is_upload_name(temporary)
+        assert len(temporary.encode()) <= 255
+    for name in (
+        "a.txt",
+        ".a.txt.upload",
+        ".a.0123456789abcdeg.upload",
+        "a.0123456789abcdef.upload",
+    ):
+        assert not paths.is_upload_name(name)
