@@ -24,6 +24,7 @@ from workspace_agent.http import (
     respond_connect_error,
     respond_error,
 )
+from workspace_agent.identity import Identity
 from workspace_agent.process import ProcessService
 from workspace_agent.state import Agent
 
@@ -31,12 +32,13 @@ UNAUTHORIZED = AgentError(Code.UNAUTHENTICATED, "invalid or missing access token
 
 
 def build_app(agent: Agent, processes: ProcessService) -> ASGIApp:
+    identity = Identity(privileged=agent.users.privileged)
     rpc: dict[str, ASGIApp] = {
         "/process.Process/": cast(
             "ASGIApp", ProcessASGIApplication(processes, read_max_bytes=None)
         ),
         "/filesystem.Filesystem/": cast(
-            "ASGIApp", FilesystemASGIApplication(FilesystemService(agent))
+            "ASGIApp", FilesystemASGIApplication(FilesystemService(agent, identity))
         ),
     }
 
@@ -51,12 +53,14 @@ def build_app(agent: Agent, processes: ProcessService) -> ASGIApp:
                     return
                 await service(scope, receive, send)
                 return
-        await _http(agent, scope, receive, send)
+        await _http(agent, identity, scope, receive, send)
 
     return app
 
 
-async def _http(agent: Agent, scope: Scope, receive: Receive, send: Send) -> None:
+async def _http(
+    agent: Agent, identity: Identity, scope: Scope, receive: Receive, send: Send
+) -> None:
     path: str = scope["path"]
     method: str = scope["method"]
     if path == "/health" and method == "GET":
@@ -64,7 +68,7 @@ async def _http(agent: Agent, scope: Scope, receive: Receive, send: Send) -> Non
     elif path == "/init" and method == "POST":
         await auth.init(agent, scope, receive, send)
     elif path == "/files" and method in {"GET", "POST"}:
-        await files.handle(agent, scope, receive, send)
+        await files.handle(agent, identity, scope, receive, send)
     elif path in {"/health", "/init", "/files"}:
         await respond_error(send, AgentError(Code.INVALID_ARGUMENT, f"{method} not allowed"))
     elif not agent.session.token_matches(header(scope, "x-access-token")):

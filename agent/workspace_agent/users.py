@@ -82,6 +82,11 @@ class Users:
             home=home,
         )
 
+    def set_default(self, name: str) -> None:
+        """Make `name` the user of requests that name none (`/init`'s `defaultUser`)."""
+        self.resolve(name)
+        self.default = name
+
     def _self(self, name: str) -> User:
         return User(
             name=name,
