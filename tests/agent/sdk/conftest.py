@@ -58,7 +58,7 @@ def free_port() -> int:
 # the pod's agent starts as root, imports the agent and what uvicorn loads when it starts, and
 # gives root up for good before serving: from then on it can do exactly what a pod's agent can.
 _AS_USER = """
-import importlib, os, pkgutil, sys
+import concurrent.futures.thread, importlib, os, pkgutil, sys
 import uvicorn, workspace_agent
 for found in pkgutil.walk_packages(workspace_agent.__path__, "workspace_agent."):
     importlib.import_module(found.name)
