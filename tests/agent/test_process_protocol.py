@@ -1,10 +1,8 @@
 """The Process service on the wire, where the SDK hides it: envelopes, keepalives, timeouts."""
 
 import base64
-import json
 import os
 import signal
-import struct
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,28 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.agent.sdk.conftest import Running
-
-STREAM = {"content-type": "application/connect+json", "connect-protocol-version": "1"}
-Envelope = tuple[int, dict[str, Any]]
-
-
-def envelope(message: dict[str, Any], flags: int = 0) -> bytes:
-    data = json.dumps(message).encode()
-    return struct.pack(">BI", flags, len(data)) + data
-
-
-def envelopes(response: httpx.Response) -> Iterator[Envelope]:
-    buffer = b""
-    for chunk in response.iter_bytes():
-        buffer += chunk
-        while len(buffer) >= 5:
-            flags, length = struct.unpack(">BI", buffer[:5])
-            if len(buffer) < 5 + length:
-                break
-            yield flags, json.loads(buffer[5 : 5 + length])
-            buffer = buffer[5 + length :]
-    assert buffer == b"", "the stream ended inside an envelope"
+from tests.agent.sdk.conftest import STREAM, Envelope, Running, envelope, envelopes, gone
 
 
 def bash(command: str, **fields: Any) -> dict[str, Any]:
@@ -87,15 +64,6 @@ def stdout(events: list[Envelope]) -> bytes:
         for _, m in events
         if "data" in m.get("event", {}) and "stdout" in m["event"]["data"]
     )
-
-
-def gone(pid: int, within: float = 5.0) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if not Path(f"/proc/{pid}").exists():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_start_streams_start_data_and_one_end_then_the_end_of_stream(agent: Running) -> None:

@@ -10,10 +10,12 @@ as in a VM, with `nobody` as its default user and a fresh workspace that `nobody
 `pod_agent` fixture runs it as `nobody`, as in a pod. Both need root to set up.
 """
 
+import json
 import os
 import pwd
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -21,6 +23,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -32,6 +35,39 @@ NOBODY = pwd.getpwnam(DEFAULT_USER)
 ROOT = os.geteuid() == 0
 
 needs_root = pytest.mark.skipif(not ROOT, reason="the agent acts as other users only as root")
+
+
+# Connect's streaming framing (flags, big-endian length, JSON), for tests below the SDK.
+STREAM = {"content-type": "application/connect+json", "connect-protocol-version": "1"}
+Envelope = tuple[int, dict[str, Any]]
+
+
+def envelope(message: dict[str, Any], flags: int = 0) -> bytes:
+    data = json.dumps(message).encode()
+    return struct.pack(">BI", flags, len(data)) + data
+
+
+def envelopes(response: httpx.Response) -> Iterator[Envelope]:
+    buffer = b""
+    for chunk in response.iter_bytes():
+        buffer += chunk
+        while len(buffer) >= 5:
+            flags, length = struct.unpack(">BI", buffer[:5])
+            if len(buffer) < 5 + length:
+                break
+            yield flags, json.loads(buffer[5 : 5 + length])
+            buffer = buffer[5 + length :]
+    assert buffer == b"", "the stream ended inside an envelope"
+
+
+def gone(pid: int, within: float = 5.0) -> bool:
+    """Whether the process has left the process table (it runs on this machine)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not Path(f"/proc/{pid}").exists():
+            return True
+        time.sleep(0.05)
+    return False
 
 
 @dataclass

@@ -1,7 +1,6 @@
 """Commands as users run them: `sandbox.commands` and `sandbox.pty` of the real SDK."""
 
 import time
-from pathlib import Path
 
 import pytest
 from e2b import (
@@ -13,17 +12,7 @@ from e2b import (
     TimeoutException,
 )
 
-from tests.agent.sdk.conftest import Running
-
-
-def gone(pid: int, within: float = 5.0) -> bool:
-    """Whether the process has left the process table (it runs on this machine)."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if not Path(f"/proc/{pid}").exists():
-            return True
-        time.sleep(0.05)
-    return False
+from tests.agent.sdk.conftest import Running, gone
 
 
 def test_output_reaches_the_callbacks_while_the_command_runs(sandbox: Sandbox) -> None:

@@ -6,9 +6,7 @@ and renames it into place.
 """
 
 import asyncio
-import json
 import os
-import struct
 import time
 from pathlib import Path
 
@@ -17,7 +15,7 @@ import pytest
 from e2b import AsyncSandbox, FilesystemEvent, FilesystemEventType, Sandbox
 from e2b.exceptions import NotFoundException, SandboxException
 
-from tests.agent.sdk.conftest import NOBODY, Running
+from tests.agent.sdk.conftest import NOBODY, STREAM, Running, envelope, envelopes
 
 CREATE, CHMOD, WRITE = (
     FilesystemEventType.CREATE,
@@ -149,28 +147,16 @@ def test_streamed_events_with_entries(sandbox: Sandbox, agent: Running) -> None:
 
 def test_a_quiet_stream_sends_keepalives(agent: Running) -> None:
     (agent.root / "quiet").mkdir()
-    message = json.dumps({"path": "quiet"}).encode()
     frames: list[dict[str, object]] = []
     with httpx.stream(
         "POST",
         agent.url + "/filesystem.Filesystem/WatchDir",
-        content=struct.pack(">BI", 0, len(message)) + message,
-        headers={
-            "content-type": "application/connect+json",
-            "connect-protocol-version": "1",
-            "keepalive-ping-interval": "1",
-        },
+        content=envelope({"path": "quiet"}),
+        headers={**STREAM, "keepalive-ping-interval": "1"},
         timeout=10,
     ) as r:
-        buffered = b""
-        for chunk in r.iter_raw():
-            buffered += chunk
-            while len(buffered) >= 5:
-                _, size = struct.unpack(">BI", buffered[:5])
-                if len(buffered) < 5 + size:
-                    break
-                frames.append(json.loads(buffered[5 : 5 + size]))
-                buffered = buffered[5 + size :]
+        for _, frame in envelopes(r):
+            frames.append(frame)
             if len(frames) >= 3:
                 break
     assert frames == [{"start": {}}, {"keepalive": {}}, {"keepalive": {}}]
