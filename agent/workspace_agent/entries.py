@@ -90,9 +90,9 @@ def entry(path: str, names: Names | None = None) -> EntryInfo:
     except OSError as e:
         raise paths.failure(e, path) from None
     info = EntryInfo(
-        name=os.path.basename(path) or "/",
+        name=paths.text(os.path.basename(path) or "/"),
         type=_file_type(st.st_mode),
-        path=path,
+        path=paths.text(path),
         size=st.st_size,
         mode=stat.S_IMODE(st.st_mode) & 0o777,
         permissions=permissions(st.st_mode),
@@ -106,9 +106,9 @@ def entry(path: str, names: Names | None = None) -> EntryInfo:
         info.is_symlink = True
         try:
             target = os.stat(path)
-            info.symlink_target = os.path.realpath(path, strict=True)
+            info.symlink_target = paths.text(os.path.realpath(path, strict=True))
         except OSError:
-            info.symlink_target = os.readlink(path)
+            info.symlink_target = paths.text(os.readlink(path))
             info.mode = 0
         else:
             info.type = _file_type(target.st_mode)

@@ -36,6 +36,16 @@ def resolve(path: str, workdir: Path, home: Path) -> str:
     return "/" + normal.lstrip("/")  # normpath keeps a leading "//"
 
 
+def text(name: str) -> str:
+    """A name the kernel gave, as text a message can carry.
+
+    Names are bytes; Python holds those that aren't UTF-8 with surrogates, which no protobuf
+    string can hold, so one such name (code in the sandbox may make any) would fail a whole
+    listing or end a watch. Each undecodable byte is shown as U+FFFD instead.
+    """
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 _UPLOAD = re.compile(r"\..*\.[0-9a-f]{16}\.upload", re.DOTALL)
 
 

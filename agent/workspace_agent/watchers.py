@@ -153,7 +153,7 @@ class Watch:
             if self.recursive and mask & flags.ISDIR and mask & (flags.CREATE | flags.MOVED_TO):
                 await self.identity.run(self.user, partial(self._watch_new, path))
             info = await self._entry(path) if self.include_entry else None
-            relative = posixpath.relpath(path, self.root)  # lexical: no I/O
+            relative = paths.text(posixpath.relpath(path, self.root))  # lexical: no I/O
             for kind in kinds:
                 event = FilesystemEvent(name=relative, type=kind)
                 if info is not None:

@@ -1,0 +1,79 @@
+"""What hostile code in the sandbox, or a caller, can do to the agent itself.
+
+Code in the sandbox runs as the default user and names files as it likes, bytes that aren't
+UTF-8 included; a caller can send bodies and messages of any shape. Neither may break the agent
+for everyone else, nor hold its event loop.
+"""
+
+import os
+import threading
+import time
+
+import httpx
+
+from tests.agent.sdk.conftest import NOBODY, STREAM, Running, envelope, envelopes
+
+
+def plant_bytes(agent: Running, name: bytes, *, link_to: bytes | None = None) -> None:
+    """A file (or a link) as the default user would make it, named by raw bytes."""
+    path = os.path.join(bytes(agent.root), name)
+    if link_to is None:
+        with open(path, "wb"):
+            pass
+    else:
+        os.symlink(link_to, path)
+    os.lchown(path, NOBODY.pw_uid, NOBODY.pw_gid)
+
+
+def list_names(agent: Running, path: str = ".") -> list[str]:
+    r = agent.post(
+        "/filesystem.Filesystem/ListDir",
+        json={"path": path},
+        headers={"connect-protocol-version": "1"},
+    )
+    assert r.status_code == 200, r.text
+    return sorted(e["name"] for e in r.json().get("entries", []))
+
+
+def test_names_that_are_not_utf8_do_not_break_a_listing(agent: Running) -> None:
+    (agent.root / "good.txt").write_text("x")
+    plant_bytes(agent, b"bad\xff.txt")
+    plant_bytes(agent, b"link", link_to=b"/nowhere/\xfe")
+    assert list_names(agent) == ["bad\ufffd.txt", "good.txt", "link"]
+    r = agent.post(
+        "/filesystem.Filesystem/Stat",
+        json={"path": "link"},
+        headers={"connect-protocol-version": "1"},
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["entry"]["symlinkTarget"] == "/nowhere/\ufffd"
+
+
+def test_a_name_that_is_not_utf8_does_not_end_a_watch(agent: Running) -> None:
+    (agent.root / "w").mkdir()
+    os.chown(agent.root / "w", NOBODY.pw_uid, NOBODY.pw_gid)
+    names: list[str] = []
+
+    def make_files() -> None:
+        time.sleep(0.5)
+        with open(os.path.join(bytes(agent.root), b"w", b"odd\xff"), "wb"):
+            pass
+        (agent.root / "w" / "after.txt").write_text("x")
+
+    maker = threading.Thread(target=make_files)
+    with httpx.stream(
+        "POST",
+        agent.url + "/filesystem.Filesystem/WatchDir",
+        content=envelope({"path": "w"}),
+        headers=STREAM,
+        timeout=10,
+    ) as r:
+        maker.start()
+        for flags, frame in envelopes(r):
+            assert flags == 0, frame  # an end-of-stream frame here is the watch failing
+            if "filesystem" in frame:
+                names.append(frame["filesystem"]["name"])
+                if frame["filesystem"]["name"] == "after.txt":
+                    break
+    maker.join()
+    assert "odd\ufffd" in names
