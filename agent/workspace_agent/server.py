@@ -29,13 +29,17 @@ from workspace_agent.process import ProcessService
 from workspace_agent.state import Agent
 
 UNAUTHORIZED = AgentError(Code.UNAUTHENTICATED, "invalid or missing access token")
+MAX_PROCESS_MESSAGE = 64 << 20
+"""The largest Process message, after inflating: stdin sent in one call may be big, but a bound
+is what stops a gzip bomb or a length prefix of 4 GiB from taking the agent's memory. The
+Filesystem service keeps the library's 4 MiB: its messages hold a path or two."""
 
 
 def build_app(agent: Agent, processes: ProcessService) -> ASGIApp:
     identity = Identity(privileged=agent.users.privileged)
     rpc: dict[str, ASGIApp] = {
         "/process.Process/": cast(
-            "ASGIApp", ProcessASGIApplication(processes, read_max_bytes=None)
+            "ASGIApp", ProcessASGIApplication(processes, read_max_bytes=MAX_PROCESS_MESSAGE)
         ),
         "/filesystem.Filesystem/": cast(
             "ASGIApp", FilesystemASGIApplication(FilesystemService(agent, identity))

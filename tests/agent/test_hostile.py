@@ -5,13 +5,19 @@ UTF-8 included; a caller can send bodies and messages of any shape. Neither may 
 for everyone else, nor hold its event loop.
 """
 
+import gzip
 import os
+import struct
 import threading
 import time
+from pathlib import Path
 
 import httpx
+from workspace_agent.server import MAX_PROCESS_MESSAGE
 
 from tests.agent.sdk.conftest import NOBODY, STREAM, Running, envelope, envelopes
+
+MIB = 1 << 20
 
 
 def plant_bytes(agent: Running, name: bytes, *, link_to: bytes | None = None) -> None:
@@ -77,3 +83,51 @@ def test_a_name_that_is_not_utf8_does_not_end_a_watch(agent: Running) -> None:
                     break
     maker.join()
     assert "odd\ufffd" in names
+
+
+def peak_rss(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    line = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
+
+
+def test_a_gzip_bomb_of_a_process_message_is_refused_before_it_inflates(agent: Running) -> None:
+    """256 MiB of zeros is 256 KiB gzipped: the agent must stop inflating at its limit.
+
+    zlib grows its output buffer by copying, so inflating up to the limit may briefly take twice
+    the limit; the whole bomb is four times the limit.
+    """
+    agent.post("/process.Process/List", json={}, headers={"connect-protocol-version": "1"})
+    before = peak_rss(agent.process.pid)
+    bomb = gzip.compress(bytes(4 * MAX_PROCESS_MESSAGE), compresslevel=9)
+    r = agent.post(
+        "/process.Process/SendInput",
+        content=bomb,
+        headers={
+            "content-type": "application/json",
+            "content-encoding": "gzip",
+            "connect-protocol-version": "1",
+        },
+        timeout=60,
+    )
+    assert r.json()["code"] == "resource_exhausted", r.text
+    grown = peak_rss(agent.process.pid) - before
+    assert grown < 2 * MAX_PROCESS_MESSAGE + 32 * MIB, (
+        f"the agent's peak memory grew by {grown / MIB:.1f} MiB"
+    )
+
+
+def test_a_stream_message_longer_than_the_limit_is_refused_from_its_prefix(
+    agent: Running,
+) -> None:
+    """A prefix announcing 1 GiB is refused at once, not buffered while the bytes trickle in."""
+    prefix = struct.pack(">BI", 0, 1 << 30)
+    with httpx.stream(
+        "POST",
+        agent.url + "/process.Process/StreamInput",
+        content=iter([prefix, b"{" * 1024]),
+        headers=STREAM,
+        timeout=10,
+    ) as r:
+        frames = list(envelopes(r))
+    assert frames[-1][1]["error"]["code"] == "resource_exhausted", frames
