@@ -7,6 +7,8 @@
 # that holds its program, and starts it without waiting: cloud-init is still running, and the
 # unit is ordered after it. The unit runs the agent as root, so that it can act as any local
 # user; the sandbox's user is its default, and the workspace is the root of files and commands.
+# The sandbox's users share the VM, where no network policy stands between them and the agent,
+# so it refuses every request but /health from the VM's own addresses (--remote-only).
 #
 # Root writes one file, through no path anyone else can change: a fresh temporary file made
 # beside the unit by mktemp (O_EXCL, never following a link), renamed over the unit (a rename
@@ -47,7 +49,7 @@ After=local-fs.target network.target cloud-init.service cloud-init-network.servi
 StartLimitIntervalSec=0
 
 [Service]
-ExecStart=$python -I $here/workspace-sandbox-agent --address 0.0.0.0:$port --root $root --user $user
+ExecStart=$python -I $here/workspace-sandbox-agent --address 0.0.0.0:$port --remote-only --root $root --user $user
 Restart=always
 RestartSec=2
 LimitNOFILE=65536

@@ -57,6 +57,12 @@ def parser() -> argparse.ArgumentParser:
         help="the default user (default `user`; when not running as root, the agent's own)",
     )
     p.add_argument(
+        "--remote-only",
+        action="store_true",
+        help="refuse every request but /health from this machine's own addresses: a VM's root "
+        "agent, which the sandbox's users must not reach",
+    )
+    p.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
     p.add_argument(
@@ -71,7 +77,11 @@ def main(argv: list[str] | None = None) -> None:
     if not root.is_dir():
         sys.exit(f"workspace-sandbox-agent: --root {root} is not a directory")
     try:
-        agent = Agent(root=root.resolve(), users=Users(root.resolve(), args.user))
+        agent = Agent(
+            root=root.resolve(),
+            users=Users(root.resolve(), args.user),
+            remote_only=args.remote_only,
+        )
     except AgentError as e:
         sys.exit(f"workspace-sandbox-agent: --user: {e.message}")
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")

@@ -31,6 +31,8 @@ class Agent:
     """The workspace root: relative paths, the default cwd and HOME."""
     users: Users
     session: Session = field(default_factory=Session)
+    remote_only: bool = False
+    """Refuse every peer at an address of this machine (`--remote-only`, a VM's agent)."""
 
     @property
     def workdir(self) -> Path:

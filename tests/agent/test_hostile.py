@@ -7,17 +7,33 @@ for everyone else, nor hold its event loop.
 
 import gzip
 import os
+import socket
 import struct
+import subprocess
 import threading
 import time
 from pathlib import Path
 
 import httpx
-from workspace_agent.server import MAX_PROCESS_MESSAGE
+import pytest
+from workspace_agent.process import ProcessService
+from workspace_agent.server import MAX_PROCESS_MESSAGE, build_app
+from workspace_agent.state import Agent
+from workspace_agent.users import Users
 
-from tests.agent.sdk.conftest import NOBODY, STREAM, Running, envelope, envelopes
+from tests.agent.sdk.conftest import (
+    AGENT,
+    NOBODY,
+    STREAM,
+    Running,
+    envelope,
+    envelopes,
+    free_port,
+    needs_root,
+)
 
 MIB = 1 << 20
+RPC = {"content-type": "application/json", "connect-protocol-version": "1"}
 
 
 def plant_bytes(agent: Running, name: bytes, *, link_to: bytes | None = None) -> None:
@@ -131,3 +147,72 @@ def test_a_stream_message_longer_than_the_limit_is_refused_from_its_prefix(
     ) as r:
         frames = list(envelopes(r))
     assert frames[-1][1]["error"]["code"] == "resource_exhausted", frames
+
+
+# In a VM the agent is root and code in the sandbox is not: it must not be a way in.
+
+
+def remote_only(client: tuple[str, int]) -> httpx.AsyncClient:
+    agent = Agent(root=Path("/"), users=Users(Path("/"), "nobody"), remote_only=True)
+    app = build_app(agent, ProcessService(agent))
+    transport = httpx.ASGITransport(app=app, client=client)
+    return httpx.AsyncClient(transport=transport, base_url="http://a")
+
+
+def own_address() -> str:
+    """An address of this machine that isn't loopback (where a route out starts)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("192.0.2.1", 9))  # TEST-NET: no packet is sent
+        return str(s.getsockname()[0])
+
+
+LOCAL_CALLS = [
+    ("POST", "/process.Process/List", {}),
+    ("POST", "/filesystem.Filesystem/Stat", {"path": "/"}),
+    ("POST", "/init", {"accessToken": "mine", "defaultUser": "root"}),
+    ("GET", "/files", None),
+    ("GET", "/nowhere", None),
+]
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.8.9.10", "::1", "own"])
+async def test_with_remote_only_a_local_peer_gets_nothing_but_health(host: str) -> None:
+    """Before `/init` there is no token: a local user would get root by asking first."""
+    address = own_address() if host == "own" else host
+    async with remote_only((address, 40000)) as client:
+        assert (await client.get("/health")).status_code == 204
+        for method, path, body in LOCAL_CALLS:
+            r = await client.request(
+                method, path, json=body, params={"path": "/etc/shadow"}, headers=RPC
+            )
+            assert r.status_code == 403, (path, r.text)
+
+
+async def test_with_remote_only_a_remote_peer_is_served() -> None:
+    async with remote_only(("192.0.2.7", 40000)) as client:  # TEST-NET: nobody's address
+        r = await client.post("/filesystem.Filesystem/Stat", json={"path": "/"}, headers=RPC)
+        assert r.status_code == 200, r.text
+        r = await client.post("/init", json={"accessToken": "t"})
+        assert r.status_code == 204
+
+
+@needs_root
+def test_the_remote_only_flag_refuses_the_loopback(workspace: Path) -> None:
+    port = free_port()
+    args = ["--address", f"127.0.0.1:{port}", "--root", str(workspace), "--user", "nobody"]
+    process = subprocess.Popen([AGENT, *args, "--remote-only", "--log-level", "warning"])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                assert httpx.get(url + "/health").status_code == 204
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the agent did not answer /health"
+                time.sleep(0.05)
+        r = httpx.post(url + "/process.Process/List", json={}, headers=RPC)
+        assert (r.status_code, r.json()["code"]) == (403, "permission_denied")
+    finally:
+        process.terminate()
+        process.wait(10)

@@ -505,7 +505,7 @@ def test_the_boot_mounts_the_agent_disk_read_only_and_starts_the_agent_unit(gues
         "\n"
         "[Service]\n"
         "ExecStart=/usr/bin/python3 -I /run/wsagent/workspace-sandbox-agent "
-        "--address 0.0.0.0:49983 --root /workspace --user user\n"
+        "--address 0.0.0.0:49983 --remote-only --root /workspace --user user\n"
         "Restart=always\n"
         "RestartSec=2\n"
         "LimitNOFILE=65536\n"
