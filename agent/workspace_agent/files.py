@@ -37,6 +37,7 @@ from workspace_agent.http import (
     Scope,
     Send,
     header,
+    number,
     query,
     respond,
     respond_error,
@@ -119,18 +120,18 @@ def byte_range(value: str | None, size: int) -> tuple[int, int] | None:
     if unit.strip().lower() != "bytes" or "," in spec:
         return None
     first, dash, last = spec.strip().partition("-")
-    if not dash or not (first or last) or not all(p.isdigit() for p in (first, last) if p):
+    start, end = number(first), number(last)
+    malformed = (first and start is None) or (last and end is None) or (start is None and end is None)
+    if not dash or malformed or (start is not None and end is not None and end < start):
         return None
-    if not first:  # the last N bytes
-        if int(last) == 0 or size == 0:
+    if start is None:  # the last N bytes
+        assert end is not None  # noqa: S101  # one of the two is a number
+        if end == 0 or size == 0:
             raise _Unsatisfiable
-        return max(size - int(last), 0), size - 1
-    start = int(first)
-    if last and int(last) < start:
-        return None
+        return max(size - end, 0), size - 1
     if start >= size:
         raise _Unsatisfiable
-    return start, min(int(last), size - 1) if last else size - 1
+    return start, min(end, size - 1) if end is not None else size - 1
 
 
 class _Unsatisfiable(Exception):  # noqa: N818  # a range, not an error of ours

@@ -42,6 +42,7 @@ from workspace_agent._proto.filesystem.filesystem_pb import (
 )
 from workspace_agent.entries import Names, entry
 from workspace_agent.errors import AgentError
+from workspace_agent.http import number
 from workspace_agent.identity import Identity
 from workspace_agent.state import Agent
 from workspace_agent.users import User, basic_user
@@ -281,8 +282,5 @@ def _keepalive_seconds(header: str | None) -> float:
     and until then the watch is held; frequent keepalives release it within seconds, and a
     client ignores keepalives however often they come.
     """
-    try:
-        seconds = int(header or "")
-    except ValueError:
-        seconds = MAX_QUIET
-    return float(min(max(seconds, 1), MAX_QUIET))
+    seconds = number(header, digits=9)
+    return float(min(max(MAX_QUIET if seconds is None else seconds, 1), MAX_QUIET))

@@ -27,6 +27,17 @@ def header(scope: Scope, name: str) -> str | None:
     return None
 
 
+def number(text: str | None, digits: int = 18) -> int | None:
+    """A header's whole number: ASCII digits only, and not absurdly long; else None.
+
+    `str.isdigit` also accepts digits such as '²' that `int` refuses, and `int` refuses
+    strings of more than 4,300 digits: both would fail a request with a traceback.
+    """
+    if not text or len(text) > digits or not text.isascii() or not text.isdigit():
+        return None
+    return int(text)
+
+
 def query(scope: Scope) -> dict[str, str]:
     """The query parameters, first value of each."""
     raw = scope.get("query_string", b"").decode("latin-1")

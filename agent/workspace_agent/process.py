@@ -48,6 +48,7 @@ from workspace_agent._proto.process.process_pb import (
 )
 from workspace_agent.errors import AgentError
 from workspace_agent.events import KEEPALIVE, Feed, ended, is_end, started
+from workspace_agent.http import number
 from workspace_agent.launch import Launch, environment, spawn, working_directory
 from workspace_agent.running import Command, Table, reap_orphans
 from workspace_agent.state import Agent
@@ -282,9 +283,9 @@ def _now() -> float:
 
 def _deadline(ctx: RequestContext[Any, Any]) -> float | None:
     """`Connect-Timeout-Ms` as a loop time; 0, negative or absent mean none, as in envd."""
-    raw = ctx.request_headers.get("connect-timeout-ms", "")
+    given = number(ctx.request_headers.get("connect-timeout-ms"), digits=10)
     remaining = ctx.timeout_ms
-    if remaining is None or not raw.isdigit() or int(raw) <= 0:
+    if remaining is None or not given:
         return None
     return _now() + remaining / 1000
 
@@ -302,5 +303,5 @@ async def _within(ctx: RequestContext[Any, Any]) -> AsyncGenerator[None]:
 
 
 def _keepalive(ctx: RequestContext[Any, Any]) -> float:
-    raw = ctx.request_headers.get("keepalive-ping-interval", "")
-    return float(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_KEEPALIVE
+    seconds = number(ctx.request_headers.get("keepalive-ping-interval"), digits=9)
+    return float(seconds) if seconds else DEFAULT_KEEPALIVE

@@ -99,6 +99,14 @@ def test_success_ends_without_an_error(agent: Running) -> None:
     ]
 
 
+def test_numbers_no_int_can_read_are_ignored_not_a_crash(agent: Running) -> None:
+    # '\u00b2' is a digit to str.isdigit() but not to int(). (connectrpc itself refuses a
+    # Connect-Timeout-Ms that is not 1 to 10 ASCII digits.)
+    events = run(agent, bash("echo ok"), **{"keepalive-ping-interval": "\u00b2".encode()})
+    assert stdout(events) == b"ok\n"
+    assert events[-2][1]["event"]["end"]["exited"] is True
+
+
 def test_keepalives_fill_the_silences(agent: Running) -> None:
     events = run(agent, bash("sleep 2.5"), **{"keepalive-ping-interval": "1"})
     kinds = [next(iter(m["event"])) if m else "end-of-stream" for _, m in events]
