@@ -121,7 +121,9 @@ def byte_range(value: str | None, size: int) -> tuple[int, int] | None:
         return None
     first, dash, last = spec.strip().partition("-")
     start, end = number(first), number(last)
-    malformed = (first and start is None) or (last and end is None) or (start is None and end is None)
+    malformed = (
+        (first and start is None) or (last and end is None) or (start is None and end is None)
+    )
     if not dash or malformed or (start is not None and end is not None and end < start):
         return None
     if start is None:  # the last N bytes
@@ -541,26 +543,28 @@ class _Files:
 
     call: _Call
     written: list[dict[str, str]] = field(default_factory=list)
+    paths: set[str] = field(default_factory=set)
+    """The paths in `written`, for the duplicate check of each next part."""
     current: "_Destination | None" = None
 
     async def act_on(self, events: list[tuple[str, bytes]]) -> None:
         for kind, data in events:
             if kind == "begin":
-                self.current = await _begin_part(self.call, data, self.written)
+                self.current = await _begin_part(self.call, data, self.paths)
             elif kind == "data" and self.current is not None:
                 await self.current.write(data)
             elif kind == "end" and self.current is not None:
                 current, self.current = self.current, None
-                self.written.append(await current.commit())
+                entry = await current.commit()
+                self.written.append(entry)
+                self.paths.add(entry["path"])
 
     async def abort(self) -> None:
         if self.current is not None:
             await self.current.abort()
 
 
-async def _begin_part(
-    call: _Call, disposition: bytes, written: list[dict[str, str]]
-) -> "_Destination | None":
+async def _begin_part(call: _Call, disposition: bytes, taken: set[str]) -> "_Destination | None":
     name, filename = _part_target(disposition)
     if name != "file":
         return None
@@ -568,7 +572,7 @@ async def _begin_part(
     if not given:
         raise AgentError(Code.INVALID_ARGUMENT, "a part named 'file' has no file name to write to")
     path = call.path(given)
-    if any(w["path"] == path for w in written):
+    if path in taken:
         raise AgentError(
             Code.INVALID_ARGUMENT, f"'{path}' is named by more than one part of the upload"
         )
