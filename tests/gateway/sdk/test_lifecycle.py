@@ -1,8 +1,8 @@
 """The SDK's whole cycle through the gateway: create, run, files, timeout, pause, connect, kill."""
 
-import datetime
 import time
 import uuid
+from datetime import UTC, datetime
 
 import e2b
 import httpx
@@ -41,10 +41,10 @@ def test_commands_and_files(sandbox: Sandbox) -> None:
 def test_set_timeout_moves_the_end_time(sandbox: Sandbox) -> None:
     sandbox.set_timeout(1200)
     info = sandbox.get_info()
-    left = (info.end_at - datetime.datetime.now(datetime.UTC)).total_seconds()
+    left = (info.end_at - datetime.now(UTC)).total_seconds()
     assert 1190 < left <= 1200
     sandbox.set_timeout(30)
-    left = (sandbox.get_info().end_at - datetime.datetime.now(datetime.UTC)).total_seconds()
+    left = (sandbox.get_info().end_at - datetime.now(UTC)).total_seconds()
     assert 20 < left <= 30
 
 
@@ -99,7 +99,7 @@ def test_pause_then_connect_keeps_the_workspace() -> None:
 def test_connect_only_extends_the_end_time(sandbox: Sandbox) -> None:
     sandbox.set_timeout(900)
     Sandbox.connect(sandbox.sandbox_id, timeout=60)
-    left = (sandbox.get_info().end_at - datetime.datetime.now(datetime.UTC)).total_seconds()
+    left = (sandbox.get_info().end_at - datetime.now(UTC)).total_seconds()
     assert left > 800
 
 
