@@ -102,7 +102,7 @@ async def _sandbox(
     receive: Receive,
     send: Send,
 ) -> None:
-    if scope["path"] in proxy.INTERNAL_PATHS:
+    if proxy.internal(scope["path"]):
         raise GatewayError(403, f"{scope['path']} is not reachable from outside the sandbox")
     try:
         sandbox = await backend.get(target.sandbox_id)

@@ -7,6 +7,7 @@ re-runs `/init`, as after a VM's cold boot.
 
 import asyncio
 import contextlib
+import logging
 import os
 import secrets
 import shutil
@@ -27,6 +28,8 @@ ID_ALPHABET = string.ascii_lowercase + string.digits
 ID_LENGTH = 20
 START_SECONDS = 15.0
 STOP_SECONDS = 5.0
+
+log = logging.getLogger("workspace_gateway")
 
 
 def new_id() -> str:
@@ -89,14 +92,14 @@ class LocalBackend:
             endpoint=None,
         )
         entry = _Entry(sandbox, workspace, dict(request.env_vars), None, asyncio.Lock())
-        async with entry.lock:
-            self.entries[sandbox_id] = entry
-            try:
-                await self._start(entry)
-            except BaseException:
-                await self._remove(entry)
-                raise
-            return entry.sandbox
+        try:
+            await self._start(entry)
+        except BaseException:
+            await self._remove(entry)
+            raise
+        # Listed only once usable; a shutdown meanwhile cancels this request, which removes it.
+        self.entries[sandbox_id] = entry
+        return entry.sandbox
 
     async def get(self, sandbox_id: str) -> Sandbox:
         return self._entry(sandbox_id).sandbox
@@ -151,7 +154,10 @@ class LocalBackend:
 
     async def reap_forever(self, interval: float = 1.0) -> None:
         while True:
-            await self.reap(datetime.now(UTC))
+            try:
+                await self.reap(datetime.now(UTC))
+            except Exception:  # one bad round must not end reaping for good
+                log.exception("reaping expired sandboxes failed")
             await asyncio.sleep(interval)
 
     async def close(self) -> None:

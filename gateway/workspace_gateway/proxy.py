@@ -5,6 +5,7 @@ any size pass through in chunks. Timeouts sit far above the SDK's 50 s keepalive
 """
 
 import asyncio
+import posixpath
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -41,6 +42,11 @@ def client() -> httpx.AsyncClient:
         follow_redirects=False,
         trust_env=False,
     )
+
+
+def internal(path: str) -> bool:
+    """Whether `path` is one of envd's internal routes, however spelled (`//init`, `/a/../init`)."""
+    return posixpath.normpath("/" + path.lstrip("/")) in INTERNAL_PATHS
 
 
 def not_found_body(sandbox_id: str) -> dict[str, Any]:

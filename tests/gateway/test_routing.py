@@ -2,6 +2,7 @@
 
 import pytest
 from workspace_gateway.app import Target, key_matches, route
+from workspace_gateway.proxy import internal
 
 DOMAIN = "sbx.example.com"
 
@@ -50,3 +51,15 @@ def test_api_keys_compare_whole() -> None:
     assert not key_matches("e2b_abcd", "e2b_abc")
     assert not key_matches(None, "e2b_abc")
     assert not key_matches("", "e2b_abc")
+
+
+@pytest.mark.parametrize(
+    "path", ["/init", "/init/", "//init", "/./init", "/files/../init", "/fsfreeze", "/collapse"]
+)
+def test_internal_paths_are_recognised_however_spelled(path: str) -> None:
+    assert internal(path)
+
+
+@pytest.mark.parametrize("path", ["/files", "/health", "/initial", "/process.Process/Start"])
+def test_other_paths_are_not_internal(path: str) -> None:
+    assert not internal(path)

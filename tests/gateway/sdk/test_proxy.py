@@ -72,3 +72,14 @@ def test_the_agent_needs_the_sandbox_s_token(sandbox: Sandbox, gateway_url: str)
         headers={"E2b-Sandbox-Id": sandbox.sandbox_id, "Connect-Protocol-Version": "1"},
     )
     assert answer.status_code == 401
+
+
+def test_internal_paths_stay_refused_however_spelled(sandbox: Sandbox, gateway_url: str) -> None:
+    for path in ("//init", "/%69nit", "/files/../init", "/init/"):
+        answer = httpx.post(
+            gateway_url + path,
+            json={"accessToken": "taken"},
+            headers={"E2b-Sandbox-Id": sandbox.sandbox_id},
+        )
+        assert answer.status_code in {403, 404}, path
+    assert sandbox.commands.run("echo still mine").stdout == "still mine\n"
