@@ -92,6 +92,8 @@ def main(argv: list[str] | None = None) -> None:
     if agent is None:
         sys.exit(f"workspace-sandbox-gateway: {AGENT} is neither beside Python nor on PATH")
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    # One line per proxied request is the access log's job (`--log-level debug`), not httpx's.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
     key = args.api_key or f"e2b_{secrets.token_hex(20)}"
     if not args.api_key:
         print(f"API key: {key}", flush=True)  # noqa: T201

@@ -30,6 +30,8 @@ HOP_BY_HOP = frozenset(
         "host",
     }
 )
+# The control API's key is never the sandbox's business: code in a sandbox may read its traffic.
+GATEWAY_ONLY = frozenset({"x-api-key"})
 IDLE_SECONDS = 600.0
 CLIENT_DEFAULTS = frozenset({"accept", "accept-encoding", "user-agent", "connection"})
 
@@ -55,7 +57,7 @@ def not_found_body(sandbox_id: str) -> dict[str, Any]:
 
 
 def forwarded_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """The request's headers less hop-by-hop ones, including those `Connection` names."""
+    """The request's headers less hop-by-hop ones (also those `Connection` names) and the key."""
     named = {
         token.strip().lower()
         for name, value in raw
@@ -65,7 +67,8 @@ def forwarded_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes
     return [
         (name, value)
         for name, value in raw
-        if (key := name.decode("latin-1").lower()) not in HOP_BY_HOP and key not in named
+        if (key := name.decode("latin-1").lower()) not in HOP_BY_HOP | GATEWAY_ONLY
+        and key not in named
     ]
 
 

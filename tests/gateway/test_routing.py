@@ -2,7 +2,7 @@
 
 import pytest
 from workspace_gateway.app import Target, key_matches, route
-from workspace_gateway.proxy import internal
+from workspace_gateway.proxy import forwarded_headers, internal
 
 DOMAIN = "sbx.example.com"
 
@@ -63,3 +63,23 @@ def test_internal_paths_are_recognised_however_spelled(path: str) -> None:
 @pytest.mark.parametrize("path", ["/files", "/health", "/initial", "/process.Process/Start"])
 def test_other_paths_are_not_internal(path: str) -> None:
     assert not internal(path)
+
+
+def test_forwarded_headers_lose_hop_by_hop_ones_and_the_api_key() -> None:
+    raw = [
+        (b"Host", b"127.0.0.1:3000"),
+        (b"Connection", b"keep-alive, X-Private"),
+        (b"X-Private", b"1"),
+        (b"Transfer-Encoding", b"chunked"),
+        (b"TE", b"trailers"),
+        (b"Upgrade", b"h2c"),
+        (b"X-API-Key", b"e2b_secret"),
+        (b"X-Access-Token", b"token"),
+        (b"E2b-Sandbox-Id", b"abc"),
+        (b"Content-Type", b"application/json"),
+    ]
+    assert forwarded_headers(raw) == [
+        (b"X-Access-Token", b"token"),
+        (b"E2b-Sandbox-Id", b"abc"),
+        (b"Content-Type", b"application/json"),
+    ]

@@ -137,3 +137,16 @@ def test_unoffered_features_are_refused_clearly(gateway_url: str, key: str) -> N
     )
     assert answer.status_code == 400
     assert answer.json() == {"code": 400, "message": "'network' is not offered by this gateway"}
+
+
+def test_a_sandbox_that_asked_to_pause_at_its_end_time_pauses() -> None:
+    sandbox = Sandbox.create(timeout=1, lifecycle={"on_timeout": "pause"})
+    try:
+        sandbox.files.write("kept.txt", "kept")
+        deadline = time.monotonic() + 10
+        while sandbox.is_running() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert Sandbox.get_info(sandbox.sandbox_id).state == SandboxState.PAUSED
+        assert Sandbox.connect(sandbox.sandbox_id, timeout=60).files.read("kept.txt") == "kept"
+    finally:
+        sandbox.kill()
