@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import parse_qs, parse_qsl, unquote
 
 from workspace_gateway.backend import Backend, NewSandbox, Sandbox, State
-from workspace_gateway.errors import GatewayError, not_found
+from workspace_gateway.errors import GatewayError
 
 DEFAULT_TIMEOUT = 300
 MAX_TIMEOUT = 24 * 3600  # E2B's cap for its Pro tier
@@ -234,14 +234,15 @@ class Control:
     def __init__(self, backend: Backend, domain: str) -> None:
         self.backend = backend
         self.domain = domain
+        self.routes = self._routes()
 
     async def handle(self, method: str, path: str, query_string: str, body: bytes) -> Reply:
         query = parse_qs(query_string, keep_blank_values=True)
-        for verb, pattern, action in self._routes():
+        for verb, pattern, action in self.routes:
             match = pattern.fullmatch(path)
             if match and verb == method:
                 return await action(*match.groups(), query=query, body=body)  # type: ignore[no-any-return]
-        if any(p.fullmatch(path) for _, p, _ in self._routes()):
+        if any(p.fullmatch(path) for _, p, _ in self.routes):
             raise GatewayError(405, f"{method} is not allowed on {path}")
         raise GatewayError(404, f"no route {path}")
 
@@ -310,6 +311,3 @@ class Control:
     async def metrics(self, sandbox_id: str, *, query: object, body: bytes) -> Reply:  # noqa: ARG002
         await self.backend.get(sandbox_id)
         return Reply(200, [])
-
-
-__all__ = ["Control", "GatewayError", "Reply", "not_found"]
