@@ -4,7 +4,8 @@ Users upgrade their SDK on their own schedule, and 2.50.0 differs from the dev e
 2.63.0 in what matters here: another connectrpc (0.11), another protobuf runtime, an
 httpx-based file client. One venv can't hold both SDKs, so 2.50.0 gets a venv of its own,
 kept inside this venv (built once, then reused), and runs `tests/agent/sdk` against the agent
-of this venv. The tests there import only pytest, httpx and `e2b` for this reason.
+of this venv and `tests/gateway/sdk` against its gateway. The tests there import only the
+standard library, pytest, httpx and `e2b` for this reason.
 """
 
 import os
@@ -18,8 +19,13 @@ import pytest
 from tests.support import ROOT
 
 OLD_SDK = "e2b==2.50.0"
-SDK_TESTS = ROOT / "tests" / "agent" / "sdk"
 AGENT = Path(sys.executable).with_name("workspace-sandbox-agent")
+GATEWAY = Path(sys.executable).with_name("workspace-sandbox-gateway")
+# Each folder with the executable its conftest reads from the environment.
+SDK_TESTS = {
+    "agent": (ROOT / "tests" / "agent" / "sdk", {"AGENT": str(AGENT)}),
+    "gateway": (ROOT / "tests" / "gateway" / "sdk", {"GATEWAY": str(GATEWAY)}),
+}
 
 
 def _pins(*names: str) -> list[str]:
@@ -66,7 +72,9 @@ def _old_sdk_venv() -> Path:
     return python
 
 
-def test_the_sdk_tests_pass_under_e2b_2_50() -> None:
+@pytest.mark.parametrize("service", sorted(SDK_TESTS))
+def test_the_sdk_tests_pass_under_e2b_2_50(service: str) -> None:
+    folder, executable = SDK_TESTS[service]
     python = _old_sdk_venv()
     version = subprocess.run(
         [python, "-c", "import importlib.metadata as m; print(m.version('e2b'))"],
@@ -81,9 +89,9 @@ def test_the_sdk_tests_pass_under_e2b_2_50() -> None:
             python,
             "-m",
             "pytest",
-            str(SDK_TESTS),
+            str(folder),
             "--confcutdir",
-            str(SDK_TESTS),
+            str(folder),
             "-p",
             "no:cacheprovider",
             "-q",
@@ -91,7 +99,7 @@ def test_the_sdk_tests_pass_under_e2b_2_50() -> None:
             "--no-header",
         ],
         cwd=ROOT,
-        env={**os.environ, "AGENT": str(AGENT)},
+        env={**os.environ, **executable},
         capture_output=True,
         text=True,
         check=False,

@@ -1,0 +1,313 @@
+"""The control API: E2B's routes, checked and turned into Backend calls and E2B-shaped JSON.
+
+Everything here but `handle` is plain functions over plain values, tested without sockets.
+"""
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import parse_qs, parse_qsl, unquote
+
+from workspace_gateway.backend import Backend, NewSandbox, Sandbox, State
+from workspace_gateway.errors import GatewayError
+
+DEFAULT_TIMEOUT = 300
+MAX_TIMEOUT = 24 * 3600  # E2B's cap for its Pro tier
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 100
+CLIENT_ID = "workspace-sandbox-gateway"
+
+# Create fields this gateway can't honour; a request naming them gets a clear 400, never a
+# sandbox without what it asked for.
+NOT_OFFERED = ("network", "mcp", "iam", "volumeMounts")
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    body: Any = None
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def sandbox_json(sandbox: Sandbox, domain: str) -> dict[str, Any]:
+    """The `Sandbox` body of create and connect."""
+    return {
+        "templateID": sandbox.template,
+        "sandboxID": sandbox.sandbox_id,
+        "clientID": CLIENT_ID,
+        "envdVersion": sandbox.envd_version,
+        "envdAccessToken": sandbox.access_token,
+        "trafficAccessToken": None,
+        # Always: without it the SDK falls back to e2b.app and sends envd traffic there.
+        "domain": domain,
+    }
+
+
+def listed_json(sandbox: Sandbox) -> dict[str, Any]:
+    """`ListedSandbox`: no access token in a list."""
+    return {
+        "templateID": sandbox.template,
+        "sandboxID": sandbox.sandbox_id,
+        "clientID": CLIENT_ID,
+        "startedAt": rfc3339(sandbox.started_at),
+        "endAt": rfc3339(sandbox.end_at),
+        "envdVersion": sandbox.envd_version,
+        "cpuCount": sandbox.cpu_count,
+        "memoryMB": sandbox.memory_mb,
+        "diskSizeMB": sandbox.disk_size_mb,
+        "state": sandbox.state.value,
+        "metadata": sandbox.metadata,
+    }
+
+
+def detail_json(sandbox: Sandbox, domain: str) -> dict[str, Any]:
+    """`SandboxDetail`: the pause keeps files, not memory, so `pauseMode` is `filesystem`."""
+    return {
+        **listed_json(sandbox),
+        "envdAccessToken": sandbox.access_token,
+        "domain": domain,
+        "lifecycle": {
+            "autoResume": False,
+            "onTimeout": "pause" if sandbox.auto_pause else "kill",
+        },
+        "pauseMode": "filesystem",
+    }
+
+
+def timeout_of(value: object, field: str = "timeout") -> int:
+    if value is None:
+        return DEFAULT_TIMEOUT
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_TIMEOUT:
+        raise GatewayError(
+            400, f"{field} must be a whole number of seconds from 0 to {MAX_TIMEOUT}"
+        )
+    return value
+
+
+def _strings(body: dict[str, Any], field: str) -> dict[str, str]:
+    value = body.get(field)
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise GatewayError(400, f"{field} must be an object of strings")
+    return dict(value)
+
+
+def new_sandbox(body: dict[str, Any]) -> NewSandbox:
+    """A create request (v1 or v2), checked."""
+    for name in NOT_OFFERED:
+        if body.get(name) is not None:
+            raise GatewayError(400, f"{name!r} is not offered by this gateway")
+    if body.get("allow_internet_access") is False:
+        raise GatewayError(400, "'allow_internet_access: false' is not offered by this gateway")
+    resume = body.get("autoResume")
+    if isinstance(resume, dict) and resume.get("enabled"):
+        raise GatewayError(400, "'autoResume' is not offered by this gateway")
+    template = body.get("templateID", "base")
+    if not isinstance(template, str) or not template:
+        raise GatewayError(400, "templateID must be a non-empty string")
+    auto_pause = body.get("autoPause", False)
+    if not isinstance(auto_pause, bool):
+        raise GatewayError(400, "autoPause must be true or false")
+    return NewSandbox(
+        template=template,
+        timeout=timeout_of(body.get("timeout")),
+        metadata=_strings(body, "metadata"),
+        env_vars=_strings(body, "envVars"),
+        auto_pause=auto_pause,
+    )
+
+
+def metadata_filter(raw: str) -> dict[str, str]:
+    """The `metadata` list filter, whose outer layer of quoting the query parser took off.
+
+    The SDK quotes each key and value, urlencodes the pairs, and its HTTP client quotes the
+    whole again: what is left here is the pairs, each part still quoted once.
+    """
+    try:
+        return {
+            unquote(k, errors="strict"): unquote(v, errors="strict")
+            for k, v in parse_qsl(raw, keep_blank_values=True, strict_parsing=bool(raw))
+        }
+    except (ValueError, UnicodeDecodeError):
+        raise GatewayError(400, f"metadata filter {raw!r} is not key=value pairs") from None
+
+
+def _key(sandbox: Sandbox) -> tuple[int, str]:
+    moment = sandbox.started_at
+    return (int(moment.timestamp() * 1_000_000), sandbox.sandbox_id)
+
+
+def page_token(sandbox: Sandbox) -> str:
+    """Where the next page starts: after this sandbox, so deletions in between skip nothing."""
+    micros, sandbox_id = _key(sandbox)
+    return base64.urlsafe_b64encode(f"{micros}:{sandbox_id}".encode()).decode().rstrip("=")
+
+
+def token_key(token: str) -> tuple[int, str]:
+    try:
+        text = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+        micros, sandbox_id = text.split(":", 1)
+        if not re.fullmatch(r"[a-z0-9]+", sandbox_id):
+            raise ValueError
+        return int(micros), sandbox_id
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise GatewayError(400, "nextToken is not a token this gateway gave out") from None
+
+
+def _one(query: dict[str, list[str]], name: str) -> str | None:
+    values = query.get(name)
+    return values[-1] if values else None
+
+
+def page(sandboxes: list[Sandbox], query: dict[str, list[str]]) -> Reply:
+    """`GET /v2/sandboxes`: filter by metadata and state, order, then one page."""
+    wanted = metadata_filter(_one(query, "metadata") or "")
+    states_text = _one(query, "state")
+    states = set(State) if not states_text else set()
+    for name in (states_text or "").split(","):
+        if name:
+            try:
+                states.add(State(name))
+            except ValueError:
+                raise GatewayError(400, f"state {name!r} is not running or paused") from None
+    order = _one(query, "order") or "desc"
+    if order not in {"asc", "desc"}:
+        raise GatewayError(400, "order must be asc or desc")
+    limit_text = _one(query, "limit")
+    limit = DEFAULT_LIMIT
+    if limit_text is not None:
+        if not limit_text.isdigit() or not 1 <= int(limit_text) <= MAX_LIMIT:
+            raise GatewayError(400, f"limit must be from 1 to {MAX_LIMIT}")
+        limit = int(limit_text)
+    chosen = sorted(
+        (
+            s
+            for s in sandboxes
+            if s.state in states and all(s.metadata.get(k) == v for k, v in wanted.items())
+        ),
+        key=_key,
+        reverse=order == "desc",
+    )
+    token = _one(query, "nextToken")
+    if token:
+        after = token_key(token)
+        chosen = [s for s in chosen if (_key(s) < after if order == "desc" else _key(s) > after)]
+    headers = (("x-next-token", page_token(chosen[limit - 1])),) if len(chosen) > limit else ()
+    return Reply(200, [listed_json(s) for s in chosen[:limit]], headers)
+
+
+def _object(body: bytes) -> dict[str, Any]:
+    if not body.strip():
+        return {}
+    try:
+        value = json.loads(body)
+    except ValueError:
+        raise GatewayError(400, "the request body is not valid JSON") from None
+    if not isinstance(value, dict):
+        raise GatewayError(400, "the request body must be a JSON object")
+    return value
+
+
+SANDBOX_ID = r"(?P<id>[^/]+)"
+Route = tuple[str, re.Pattern[str], Callable[..., Any]]
+
+
+class Control:
+    """The routes, over one Backend."""
+
+    def __init__(self, backend: Backend, domain: str) -> None:
+        self.backend = backend
+        self.domain = domain
+        self.routes = self._routes()
+
+    async def handle(self, method: str, path: str, query_string: str, body: bytes) -> Reply:
+        query = parse_qs(query_string, keep_blank_values=True)
+        for verb, pattern, action in self.routes:
+            match = pattern.fullmatch(path)
+            if match and verb == method:
+                return await action(*match.groups(), query=query, body=body)  # type: ignore[no-any-return]
+        if any(p.fullmatch(path) for _, p, _ in self.routes):
+            raise GatewayError(405, f"{method} is not allowed on {path}")
+        raise GatewayError(404, f"no route {path}")
+
+    def _routes(self) -> list[Route]:
+        one = re.compile
+        return [
+            ("POST", one(r"/(?:v2/)?sandboxes"), self.create),
+            ("GET", one(r"/v2/sandboxes"), self.list_all),
+            ("GET", one(r"/sandboxes"), self.list_running),
+            ("POST", one(rf"/(?:v2/)?sandboxes/{SANDBOX_ID}/connect"), self.connect),
+            ("GET", one(rf"/sandboxes/{SANDBOX_ID}"), self.get),
+            ("DELETE", one(rf"/sandboxes/{SANDBOX_ID}"), self.kill),
+            ("POST", one(rf"/sandboxes/{SANDBOX_ID}/timeout"), self.timeout),
+            ("POST", one(rf"/sandboxes/{SANDBOX_ID}/pause"), self.pause),
+            ("GET", one(rf"/sandboxes/{SANDBOX_ID}/metrics"), self.metrics),
+        ]
+
+    async def create(self, *, query: object, body: bytes) -> Reply:  # noqa: ARG002
+        request = new_sandbox(_object(body))
+        if request.template not in self.backend.templates():
+            raise GatewayError(404, f"template {request.template!r} not found")
+        sandbox = await self.backend.create(request)
+        return Reply(201, sandbox_json(sandbox, self.domain))
+
+    async def connect(self, sandbox_id: str, *, query: object, body: bytes) -> Reply:  # noqa: ARG002
+        timeout = timeout_of(_object(body).get("timeout"))
+        sandbox, resumed = await self.backend.resume(sandbox_id, now() + timedelta(seconds=timeout))
+        return Reply(201 if resumed else 200, sandbox_json(sandbox, self.domain))
+
+    async def get(self, sandbox_id: str, *, query: object, body: bytes) -> Reply:  # noqa: ARG002
+        return Reply(200, detail_json(await self.backend.get(sandbox_id), self.domain))
+
+    async def list_all(self, *, query: dict[str, list[str]], body: bytes) -> Reply:  # noqa: ARG002
+        return page(await self.backend.list(), query)
+
+    async def list_running(self, *, query: dict[str, list[str]], body: bytes) -> Reply:  # noqa: ARG002
+        """The v1 list: running sandboxes only, one page."""
+        wanted = metadata_filter((query.get("metadata") or [""])[-1])
+        return Reply(
+            200,
+            [
+                listed_json(s)
+                for s in await self.backend.list()
+                if s.state is State.RUNNING
+                and all(s.metadata.get(k) == v for k, v in wanted.items())
+            ],
+        )
+
+    async def kill(self, sandbox_id: str, *, query: object, body: bytes) -> Reply:  # noqa: ARG002
+        await self.backend.delete(sandbox_id)
+        return Reply(204)
+
+    async def timeout(self, sandbox_id: str, *, query: object, body: bytes) -> Reply:  # noqa: ARG002
+        value = _object(body).get("timeout")
+        if value is None:
+            raise GatewayError(400, "timeout is required")
+        seconds = timeout_of(value)
+        await self.backend.set_end(sandbox_id, now() + timedelta(seconds=seconds))
+        return Reply(204)
+
+    async def pause(self, sandbox_id: str, *, query: object, body: bytes) -> Reply:  # noqa: ARG002
+        _object(body)
+        await self.backend.suspend(sandbox_id)
+        return Reply(204)
+
+    async def metrics(self, sandbox_id: str, *, query: object, body: bytes) -> Reply:  # noqa: ARG002
+        await self.backend.get(sandbox_id)
+        return Reply(200, [])

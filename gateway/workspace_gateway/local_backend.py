@@ -1,0 +1,238 @@
+"""`--local`: each sandbox is a `workspace-sandbox-agent` process on this machine.
+
+No isolation at all: every agent runs as this user over a temporary folder of its own. For
+development and tests. Pause stops the agent and keeps its folder; connect starts it again and
+re-runs `/init`, as after a VM's cold boot.
+"""
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+import socket
+import string
+import tempfile
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+
+from workspace_gateway.backend import NewSandbox, Sandbox, State
+from workspace_gateway.errors import GatewayError, not_found
+
+TEMPLATES = frozenset({"base"})
+ID_ALPHABET = string.ascii_lowercase + string.digits
+ID_LENGTH = 20
+START_SECONDS = 15.0
+STOP_SECONDS = 5.0
+
+log = logging.getLogger("workspace_gateway")
+
+
+def new_id() -> str:
+    return "".join(secrets.choice(ID_ALPHABET) for _ in range(ID_LENGTH))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def machine_figures() -> tuple[int, int, int]:
+    """cpuCount, memoryMB and diskSizeMB: the machine's, as every local sandbox shares it."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1 << 20)
+    disk = shutil.disk_usage(tempfile.gettempdir()).total // (1 << 20)
+    return os.cpu_count() or 1, memory, disk
+
+
+@dataclass
+class _Entry:
+    sandbox: Sandbox
+    workspace: Path
+    env_vars: dict[str, str]
+    process: asyncio.subprocess.Process | None
+    lock: asyncio.Lock
+
+
+class LocalBackend:
+    """Sandboxes as local agent processes; all of them go when `close` is called."""
+
+    def __init__(self, agent: Path, user: str) -> None:
+        self.agent = agent
+        self.user = user
+        self.figures = machine_figures()
+        self.entries: dict[str, _Entry] = {}
+        self.http = httpx.AsyncClient(timeout=10.0, trust_env=False)
+
+    def templates(self) -> frozenset[str]:
+        return TEMPLATES
+
+    async def create(self, request: NewSandbox) -> Sandbox:
+        sandbox_id = new_id()
+        workspace = Path(tempfile.mkdtemp(prefix=f"sandbox-{sandbox_id}-"))
+        now = datetime.now(UTC)
+        cpu, memory, disk = self.figures
+        sandbox = Sandbox(
+            sandbox_id=sandbox_id,
+            template=request.template,
+            metadata=dict(request.metadata),
+            state=State.PAUSED,
+            started_at=now,
+            end_at=now + timedelta(seconds=request.timeout),
+            cpu_count=cpu,
+            memory_mb=memory,
+            disk_size_mb=disk,
+            envd_version="",
+            access_token=secrets.token_hex(32),
+            auto_pause=request.auto_pause,
+            endpoint=None,
+        )
+        entry = _Entry(sandbox, workspace, dict(request.env_vars), None, asyncio.Lock())
+        try:
+            await self._start(entry)
+        except BaseException:
+            await self._remove(entry)
+            raise
+        # Listed only once usable; a shutdown meanwhile cancels this request, which removes it.
+        self.entries[sandbox_id] = entry
+        return entry.sandbox
+
+    async def get(self, sandbox_id: str) -> Sandbox:
+        return self._entry(sandbox_id).sandbox
+
+    async def list(self) -> list[Sandbox]:
+        return [e.sandbox for e in self.entries.values()]
+
+    async def suspend(self, sandbox_id: str) -> None:
+        entry = self._entry(sandbox_id)
+        async with entry.lock:
+            if entry.sandbox.state is State.PAUSED:
+                raise GatewayError(409, f"sandbox {sandbox_id!r} is already paused")
+            await self._stop(entry)
+
+    async def resume(self, sandbox_id: str, end_at: datetime) -> tuple[Sandbox, bool]:
+        entry = self._entry(sandbox_id)
+        async with entry.lock:
+            self._check(entry)
+            # Connect only ever extends the end time.
+            entry.sandbox = replace(entry.sandbox, end_at=max(end_at, entry.sandbox.end_at))
+            resumed = entry.sandbox.state is State.PAUSED
+            if resumed:
+                try:
+                    await self._start(entry)
+                except BaseException:
+                    await self._stop(entry)
+                    raise
+            return entry.sandbox, resumed
+
+    async def delete(self, sandbox_id: str) -> None:
+        entry = self._entry(sandbox_id)
+        async with entry.lock:
+            self._check(entry)
+            await self._remove(entry)
+
+    async def set_end(self, sandbox_id: str, end_at: datetime) -> None:
+        entry = self._entry(sandbox_id)
+        async with entry.lock:
+            self._check(entry)
+            entry.sandbox = replace(entry.sandbox, end_at=end_at)
+
+    async def reap(self, now: datetime) -> None:
+        """Kill running sandboxes past their end time, or pause those that asked for it."""
+        for entry in list(self.entries.values()):
+            if entry.sandbox.state is State.RUNNING and entry.sandbox.end_at <= now:
+                async with entry.lock:
+                    if self._live(entry) and entry.sandbox.end_at <= now:
+                        if entry.sandbox.auto_pause:
+                            await self._stop(entry)
+                        else:
+                            await self._remove(entry)
+
+    async def reap_forever(self, interval: float = 1.0) -> None:
+        while True:
+            try:
+                await self.reap(datetime.now(UTC))
+            except Exception:  # one bad round must not end reaping for good
+                log.exception("reaping expired sandboxes failed")
+            await asyncio.sleep(interval)
+
+    async def close(self) -> None:
+        for entry in list(self.entries.values()):
+            await self._remove(entry)
+        await self.http.aclose()
+
+    def _entry(self, sandbox_id: str) -> _Entry:
+        entry = self.entries.get(sandbox_id)
+        if entry is None:
+            raise not_found(sandbox_id)
+        return entry
+
+    def _live(self, entry: _Entry) -> bool:
+        return self.entries.get(entry.sandbox.sandbox_id) is entry
+
+    def _check(self, entry: _Entry) -> None:
+        """Still there once the lock is held: a kill may have gone first."""
+        if not self._live(entry):
+            raise not_found(entry.sandbox.sandbox_id)
+
+    async def _start(self, entry: _Entry) -> None:
+        port = free_port()
+        endpoint = f"http://127.0.0.1:{port}"
+        entry.process = await asyncio.create_subprocess_exec(
+            str(self.agent),
+            "--address",
+            f"127.0.0.1:{port}",
+            "--root",
+            str(entry.workspace),
+            "--user",
+            self.user,
+            "--log-level",
+            "warning",
+            stdin=asyncio.subprocess.DEVNULL,
+        )
+        version = await self._healthy(entry.process, endpoint)
+        init = {
+            "envVars": entry.env_vars,
+            "accessToken": entry.sandbox.access_token,
+            "defaultWorkdir": str(entry.workspace),
+            "timestamp": datetime.now(UTC).isoformat(),
+        }
+        answer = await self.http.post(endpoint + "/init", json=init)
+        if answer.status_code != 204:  # noqa: PLR2004
+            raise GatewayError(500, f"the sandbox's agent refused /init: {answer.text[:200]}")
+        entry.sandbox = replace(
+            entry.sandbox, state=State.RUNNING, endpoint=endpoint, envd_version=version
+        )
+
+    async def _healthy(self, process: asyncio.subprocess.Process, endpoint: str) -> str:
+        deadline = asyncio.get_running_loop().time() + START_SECONDS
+        while asyncio.get_running_loop().time() < deadline:
+            if process.returncode is not None:
+                raise GatewayError(500, f"the sandbox's agent exited with {process.returncode}")
+            with contextlib.suppress(httpx.TransportError):
+                answer = await self.http.get(endpoint + "/health", timeout=1.0)
+                if answer.is_success:
+                    return str(answer.headers.get("x-envd-version", "0.1.0"))
+            await asyncio.sleep(0.05)
+        raise GatewayError(504, f"the sandbox's agent did not answer within {START_SECONDS:.0f} s")
+
+    async def _stop(self, entry: _Entry) -> None:
+        process, entry.process = entry.process, None
+        entry.sandbox = replace(entry.sandbox, state=State.PAUSED, endpoint=None)
+        if process is None or process.returncode is not None:
+            return
+        process.terminate()
+        try:
+            await asyncio.wait_for(process.wait(), STOP_SECONDS)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+    async def _remove(self, entry: _Entry) -> None:
+        self.entries.pop(entry.sandbox.sandbox_id, None)
+        await self._stop(entry)
+        shutil.rmtree(entry.workspace, ignore_errors=True)

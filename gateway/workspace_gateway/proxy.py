@@ -1,0 +1,156 @@
+"""The data plane: one request, streamed both ways to one sandbox's agent and back.
+
+Nothing is buffered: command output reaches the client as the agent writes it, and uploads of
+any size pass through in chunks. Timeouts sit far above the SDK's 50 s keepalive pings.
+"""
+
+import asyncio
+import posixpath
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from workspace_gateway.asgi import Receive, Scope, Send, respond_json
+
+ENVD_PORT = 49983
+# The orchestrator's own paths on envd: never reachable from outside.
+INTERNAL_PATHS = frozenset({"/init", "/freeze", "/unfreeze", "/fsfreeze", "/fsthaw", "/collapse"})
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+    }
+)
+# The control API's key is never the sandbox's business: code in a sandbox may read its traffic.
+GATEWAY_ONLY = frozenset({"x-api-key"})
+IDLE_SECONDS = 600.0
+CLIENT_DEFAULTS = frozenset({"accept", "accept-encoding", "user-agent", "connection"})
+
+
+def client() -> httpx.AsyncClient:
+    """One pool for all sandboxes; reads and writes may idle up to ten minutes."""
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(IDLE_SECONDS, connect=10.0),
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=100),
+        follow_redirects=False,
+        trust_env=False,
+    )
+
+
+def internal(path: str) -> bool:
+    """Whether `path` is one of envd's internal routes, however spelled (`//init`, `/a/../init`)."""
+    return posixpath.normpath("/" + path.lstrip("/")) in INTERNAL_PATHS
+
+
+def not_found_body(sandbox_id: str) -> dict[str, Any]:
+    """E2B's proxy answer; the SDK reads "was not found" as SandboxNotRunningException."""
+    return {"sandboxId": sandbox_id, "message": "The sandbox was not found", "code": 502}
+
+
+def forwarded_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The request's headers less hop-by-hop ones (also those `Connection` names) and the key."""
+    named = {
+        token.strip().lower()
+        for name, value in raw
+        if name.lower() == b"connection"
+        for token in value.decode("latin-1").split(",")
+    }
+    return [
+        (name, value)
+        for name, value in raw
+        if (key := name.decode("latin-1").lower()) not in HOP_BY_HOP | GATEWAY_ONLY
+        and key not in named
+    ]
+
+
+class _ClientGoneError(Exception):
+    """The client left while its request body was still arriving."""
+
+
+async def _body(receive: Receive) -> AsyncIterator[bytes]:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientGoneError
+        chunk: bytes = message.get("body", b"")
+        if chunk:
+            yield chunk
+        if not message.get("more_body", False):
+            return
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def forward(
+    http: httpx.AsyncClient,
+    *,
+    sandbox_id: str,
+    endpoint: str,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+) -> None:
+    """Stream this request to `endpoint` (the agent's base URL) and its answer back."""
+    path: str = scope["path"]
+    query: bytes = scope.get("query_string", b"")
+    url = endpoint + (scope.get("raw_path") or path.encode()).decode("latin-1")
+    if query:
+        url += "?" + query.decode("latin-1")
+    headers = forwarded_headers(list(scope["headers"]))
+    incoming = {name.decode("latin-1").lower() for name, _ in headers}
+    has_body = bool(
+        {"content-length", "transfer-encoding"}
+        & {name.decode("latin-1").lower() for name, _ in scope["headers"]}
+    )
+    request = http.build_request(
+        scope["method"], url, headers=headers, content=_body(receive) if has_body else None
+    )
+    for name in CLIENT_DEFAULTS - incoming:  # httpx's own defaults stay out
+        request.headers.pop(name, None)
+    try:
+        response = await http.send(request, stream=True)
+    except _ClientGoneError:
+        return
+    except httpx.TransportError:
+        await respond_json(send, 502, not_found_body(sandbox_id))
+        return
+    try:
+        headers = [
+            (name, value)
+            for name, value in response.headers.raw
+            if name.lower() not in {b"connection", b"keep-alive", b"transfer-encoding"}
+        ]
+        await send(
+            {"type": "http.response.start", "status": response.status_code, "headers": headers}
+        )
+        watch = asyncio.ensure_future(_disconnected(receive))
+        relay = asyncio.ensure_future(_relay(response, send))
+        try:
+            await asyncio.wait({watch, relay}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch.cancel()
+            relay.cancel()
+        if relay.done() and not relay.cancelled() and relay.exception() is None:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+    finally:
+        await response.aclose()
+
+
+async def _relay(response: httpx.Response, send: Send) -> None:
+    try:
+        async for chunk in response.aiter_raw():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    except httpx.TransportError:
+        return

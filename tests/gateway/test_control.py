@@ -1,0 +1,269 @@
+"""The control API's pieces: the metadata filter, pages, create requests and error shapes."""
+
+import json
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from urllib.parse import parse_qs, quote, urlencode
+
+import httpx
+import pytest
+from workspace_gateway.app import build_app
+from workspace_gateway.backend import NewSandbox, Sandbox, State
+from workspace_gateway.control import (
+    MAX_TIMEOUT,
+    metadata_filter,
+    new_sandbox,
+    page,
+    page_token,
+    token_key,
+)
+from workspace_gateway.errors import GatewayError, not_found
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+KEY = "e2b_0123abcd"
+TOKEN = "a-sandbox-token"  # noqa: S105  # a test value
+
+
+def sandbox(n: int, **changes: object) -> Sandbox:
+    record = Sandbox(
+        sandbox_id=f"sbx{n:017d}",
+        template="base",
+        metadata={"n": str(n)},
+        state=State.RUNNING,
+        started_at=T0 + timedelta(seconds=n),
+        end_at=T0 + timedelta(seconds=n + 300),
+        cpu_count=2,
+        memory_mb=1024,
+        disk_size_mb=2048,
+        envd_version="0.5.7",
+        access_token=TOKEN,
+        auto_pause=False,
+        endpoint="http://127.0.0.1:1",
+    )
+    return replace(record, **changes)  # type: ignore[arg-type]
+
+
+def sdk_query(metadata: dict[str, str]) -> dict[str, list[str]]:
+    """What the SDK sends for a metadata filter, parsed as the gateway's query parser does."""
+    inner = urlencode({quote(k): quote(v) for k, v in metadata.items()})
+    return parse_qs(str(httpx.URL("http://x/", params={"metadata": inner}).query, "ascii"))
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [{"user": "a b"}, {"k": "v", "other": "x=y&z"}, {"ünï": "cödé/%20"}, {"empty": ""}],
+)
+def test_the_metadata_filter_decodes_what_the_sdk_encodes(metadata: dict[str, str]) -> None:
+    assert metadata_filter(sdk_query(metadata)["metadata"][0]) == metadata
+
+
+def test_the_captured_metadata_query_decodes() -> None:
+    assert parse_qs("metadata=user%3Da%252520b")["metadata"] == ["user=a%2520b"]
+    assert metadata_filter("user=a%2520b") == {"user": "a b"}
+
+
+def test_a_metadata_filter_that_is_not_pairs_is_a_400() -> None:
+    with pytest.raises(GatewayError) as e:
+        metadata_filter("no-equals-sign")
+    assert e.value.status == 400
+
+
+def test_pages_cover_everything_once_in_order() -> None:
+    everything = [sandbox(n) for n in range(7)]
+    for order in ("asc", "desc"):
+        seen: list[str] = []
+        query: dict[str, list[str]] = {"limit": ["3"], "order": [order]}
+        while True:
+            reply = page(everything, query)
+            seen += [item["sandboxID"] for item in reply.body]
+            headers = dict(reply.headers)
+            if "x-next-token" not in headers:
+                break
+            query = {**query, "nextToken": [headers["x-next-token"]]}
+        expected = sorted(s.sandbox_id for s in everything)
+        assert seen == (expected if order == "asc" else expected[::-1])
+
+
+def test_a_page_token_survives_its_sandbox_being_killed() -> None:
+    everything = [sandbox(n) for n in range(4)]
+    first = page(everything, {"limit": ["2"], "order": ["asc"]})
+    token = dict(first.headers)["x-next-token"]
+    rest = page(everything[2:], {"limit": ["2"], "order": ["asc"], "nextToken": [token]})
+    assert [i["sandboxID"] for i in rest.body] == [
+        everything[2].sandbox_id,
+        everything[3].sandbox_id,
+    ]
+    assert rest.headers == ()
+
+
+def test_page_tokens_round_trip_and_forgeries_are_refused() -> None:
+    assert token_key(page_token(sandbox(3))) == (
+        int((T0 + timedelta(seconds=3)).timestamp() * 1_000_000),
+        sandbox(3).sandbox_id,
+    )
+    for bad in ("!!!", "bm9jb2xvbg", page_token(sandbox(1))[:-3] + "AAA"):
+        with pytest.raises(GatewayError) as e:
+            token_key(bad)
+        assert e.value.status == 400
+
+
+def test_lists_filter_by_state_and_metadata_and_show_no_token() -> None:
+    everything = [sandbox(1), sandbox(2, state=State.PAUSED), sandbox(3, metadata={"n": "1"})]
+    reply = page(everything, {"state": ["paused"]})
+    assert [i["sandboxID"] for i in reply.body] == [everything[1].sandbox_id]
+    reply = page(everything, {"metadata": ["n=1"], "order": ["asc"]})
+    assert [i["sandboxID"] for i in reply.body] == [
+        everything[0].sandbox_id,
+        everything[2].sandbox_id,
+    ]
+    assert all("envdAccessToken" not in item for item in reply.body)
+    assert reply.body[0]["startedAt"] == "2026-01-01T00:00:01Z"
+    for bad in ({"state": ["stopped"]}, {"limit": ["0"]}, {"limit": ["101"]}, {"order": ["up"]}):
+        with pytest.raises(GatewayError):
+            page(everything, bad)
+
+
+def test_create_requests_are_checked() -> None:
+    assert new_sandbox({"templateID": "base", "metadata": {}, "envVars": {}}) == NewSandbox(
+        "base", 300
+    )
+    assert new_sandbox({"timeout": 10, "autoPause": True, "secure": True}).auto_pause
+    refused = {
+        '{"network": {}}': "'network' is not offered by this gateway",
+        '{"mcp": {"x": 1}}': "'mcp' is not offered by this gateway",
+        '{"volumeMounts": []}': "'volumeMounts' is not offered by this gateway",
+        '{"allow_internet_access": false}': "'allow_internet_access: false' is not offered by this gateway",
+        '{"autoResume": {"enabled": true}}': "'autoResume' is not offered by this gateway",
+        '{"timeout": -1}': f"timeout must be a whole number of seconds from 0 to {MAX_TIMEOUT}",
+        f'{{"timeout": {MAX_TIMEOUT + 1}}}': f"timeout must be a whole number of seconds from 0 to {MAX_TIMEOUT}",
+        '{"timeout": true}': f"timeout must be a whole number of seconds from 0 to {MAX_TIMEOUT}",
+        '{"envVars": {"A": 1}}': "envVars must be an object of strings",
+        '{"templateID": ""}': "templateID must be a non-empty string",
+    }
+    for body, message in refused.items():
+        with pytest.raises(GatewayError) as e:
+            new_sandbox(json.loads(body))
+        assert (e.value.status, e.value.message) == (400, message), body
+
+
+class Sandboxes:
+    """An in-memory Backend with one sandbox, for the edge's error shapes."""
+
+    def __init__(self) -> None:
+        self.one = sandbox(1)
+
+    def templates(self) -> frozenset[str]:
+        return frozenset({"base"})
+
+    async def create(self, request: NewSandbox) -> Sandbox:
+        return replace(self.one, template=request.template)
+
+    async def get(self, sandbox_id: str) -> Sandbox:
+        if sandbox_id != self.one.sandbox_id:
+            raise not_found(sandbox_id)
+        return self.one
+
+    async def list(self) -> list[Sandbox]:
+        return [self.one]
+
+    async def suspend(self, sandbox_id: str) -> None:
+        await self.get(sandbox_id)
+        raise GatewayError(409, "already paused")
+
+    async def resume(self, sandbox_id: str, end_at: datetime) -> tuple[Sandbox, bool]:
+        return replace(await self.get(sandbox_id), end_at=end_at), False
+
+    async def delete(self, sandbox_id: str) -> None:
+        await self.get(sandbox_id)
+
+    async def set_end(self, sandbox_id: str, end_at: datetime) -> None:
+        self.one = replace(await self.get(sandbox_id), end_at=end_at)
+
+
+@pytest.fixture
+async def client() -> httpx.AsyncClient:
+    async with httpx.AsyncClient() as upstream:
+        app = build_app(Sandboxes(), upstream, api_key=KEY, domain="sbx.example.com")
+        return httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://api.sbx.example.com"
+        )
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        (
+            "GET",
+            "/v2/sandboxes",
+            None,
+            None,
+            401,
+            "Invalid API key, please check your X-API-Key header",
+        ),
+        (
+            "GET",
+            "/v2/sandboxes",
+            None,
+            "e2b_0123abce",
+            401,
+            "Invalid API key, please check your X-API-Key header",
+        ),
+        ("GET", "/sandboxes/nope", None, KEY, 404, "sandbox 'nope' not found"),
+        ("DELETE", "/sandboxes/nope", None, KEY, 404, "sandbox 'nope' not found"),
+        ("POST", "/sandboxes/nope/pause", None, KEY, 404, "sandbox 'nope' not found"),
+        ("POST", "/sandboxes/sbx00000000000000001/pause", None, KEY, 409, "already paused"),
+        ("POST", "/v2/sandboxes", b'{"templateID": "gpu"}', KEY, 404, "template 'gpu' not found"),
+        ("POST", "/v2/sandboxes", b"not json", KEY, 400, "the request body is not valid JSON"),
+        ("POST", "/v2/sandboxes", b"[]", KEY, 400, "the request body must be a JSON object"),
+        ("POST", "/sandboxes/sbx00000000000000001/timeout", b"{}", KEY, 400, "timeout is required"),
+        ("PUT", "/v2/sandboxes", None, KEY, 405, "PUT is not allowed on /v2/sandboxes"),
+        ("GET", "/templates", None, KEY, 404, "no route /templates"),
+    ],
+)
+async def test_errors_are_e2b_s_json(
+    client: httpx.AsyncClient, case: tuple[str, str, bytes | None, str | None, int, str]
+) -> None:
+    method, path, body, key, status, message = case
+    headers = {"X-API-Key": key} if key else {}
+    answer = await client.request(method, path, content=body, headers=headers)
+    assert answer.status_code == status
+    assert answer.headers["content-type"] == "application/json; charset=utf-8"
+    assert answer.json() == {"code": status, "message": message}
+
+
+async def test_create_answers_201_with_the_sandbox_s_domain(client: httpx.AsyncClient) -> None:
+    answer = await client.post(
+        "/sandboxes", json={"templateID": "base"}, headers={"X-API-Key": KEY}
+    )
+    assert answer.status_code == 201
+    assert answer.json() == {
+        "templateID": "base",
+        "sandboxID": "sbx00000000000000001",
+        "clientID": "workspace-sandbox-gateway",
+        "envdVersion": "0.5.7",
+        "envdAccessToken": TOKEN,
+        "trafficAccessToken": None,
+        "domain": "sbx.example.com",
+    }
+
+
+async def test_internal_paths_are_refused_before_any_lookup(client: httpx.AsyncClient) -> None:
+    answer = await client.post("/init", headers={"E2b-Sandbox-Id": "sbx00000000000000001"})
+    assert answer.status_code == 403
+    assert answer.json()["code"] == 403
+
+
+async def test_a_paused_sandbox_answers_502(client: httpx.AsyncClient) -> None:
+    answer = await client.get("/health", headers={"Host": "49983-unknown.sbx.example.com"})
+    assert answer.status_code == 502
+    assert answer.json() == {
+        "sandboxId": "unknown",
+        "message": "The sandbox was not found",
+        "code": 502,
+    }
+
+
+async def test_another_port_is_not_open(client: httpx.AsyncClient) -> None:
+    answer = await client.get("/", headers={"Host": "3000-sbx00000000000000001.sbx.example.com"})
+    assert answer.status_code == 502
+    assert "port is not open" in answer.json()["message"]

@@ -1,0 +1,65 @@
+"""The command line: a key made and printed, bad arguments refused in one line."""
+
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+GATEWAY = Path(sys.executable).with_name("workspace-sandbox-gateway")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_without_a_key_one_is_made_printed_and_required() -> None:
+    port = free_port()
+    process = subprocess.Popen(
+        [GATEWAY, "--local", "--address", f"127.0.0.1:{port}", "--log-level", "warning"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        match = re.fullmatch(r"API key: (e2b_[0-9a-f]{40})\n", line)
+        assert match, line
+        url = f"http://127.0.0.1:{port}/v2/sandboxes"
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                answer = httpx.get(url, headers={"X-API-Key": match[1]})
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+        assert (answer.status_code, answer.json()) == (200, [])
+        assert httpx.get(url).status_code == 401
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=15)
+    assert "no isolation" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--address", "127.0.0.1:1"], "only --local is available so far"),
+        (["--local", "--address", "nowhere"], "'nowhere' is not HOST:PORT"),
+        (["--local", "--address", "127.0.0.1:1", "--api-key", "sk-123"], "an API key is e2b_"),
+        (["--local", "--address", "127.0.0.1:1", "--domain", "a..b"], "'a..b' is not a domain"),
+    ],
+)
+def test_bad_arguments_are_one_line(args: list[str], message: str) -> None:
+    done = subprocess.run([GATEWAY, *args], capture_output=True, text=True, check=False, timeout=30)
+    assert done.returncode != 0
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
