@@ -1,21 +1,23 @@
 """One listener, two sides: a sandbox's data plane, chosen by header or Host, else the control API.
 
-The data plane needs no API key (the sandbox's own access token guards it, checked by its agent);
-the control API needs the key on every call.
+The control API needs a key on every call, and acts only in that key's namespace. The data plane
+needs no API key (the SDK sends none to a sandbox): a sandbox is found by its ID alone, and the
+sandbox's own access token is the authority there, checked by its agent, and by the gateway when
+it must choose between sandboxes of one name in two namespaces (see `Backend.locate`).
 """
 
-import hmac
 import logging
 import re
 from dataclasses import dataclass
 
 import httpx
 
-from workspace_gateway import proxy
+from workspace_gateway import audit, proxy
 from workspace_gateway.asgi import ASGIApp, Receive, Scope, Send, header, respond_json
 from workspace_gateway.backend import Backend, State
 from workspace_gateway.control import Control
 from workspace_gateway.errors import GatewayError
+from workspace_gateway.keys import Keys
 
 log = logging.getLogger("workspace_gateway")
 
@@ -49,11 +51,7 @@ def route(headers: dict[str, str], domain: str) -> Target | None:
     return None
 
 
-def key_matches(given: str | None, key: str) -> bool:
-    return given is not None and hmac.compare_digest(given.encode(), key.encode())
-
-
-def build_app(backend: Backend, http: httpx.AsyncClient, *, api_key: str, domain: str) -> ASGIApp:
+def build_app(backend: Backend, http: httpx.AsyncClient, *, keys: Keys, domain: str) -> ASGIApp:
     control = Control(backend, domain)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -61,22 +59,33 @@ def build_app(backend: Backend, http: httpx.AsyncClient, *, api_key: str, domain
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         target = route(headers, domain)
+        entry = audit.Entry()
+        receive, send = entry.counting(receive, send)
         try:
             if target is None:
-                await _control(control, api_key, scope, receive, send)
+                entry.route, entry.sandbox_id = control.resolve(scope["method"], scope["path"])
+                await _control(control, keys, entry, scope, receive, send)
             else:
-                await _sandbox(backend, http, target, scope=scope, receive=receive, send=send)
+                entry.sandbox_id = target.sandbox_id
+                entry.route = f"{scope['method']} sandbox:{target.port} {scope['path']}"
+                await _sandbox(
+                    backend, http, target, entry, scope=scope, receive=receive, send=send
+                )
         except GatewayError as e:
             await respond_json(send, e.status, e.body())
+        finally:
+            audit.write(entry)
 
     return app
 
 
-async def _control(
-    control: Control, api_key: str, scope: Scope, receive: Receive, send: Send
+async def _control(  # noqa: PLR0917
+    control: Control, keys: Keys, entry: audit.Entry, scope: Scope, receive: Receive, send: Send
 ) -> None:
-    if not key_matches(header(scope, "x-api-key"), api_key):
+    principal = await keys.principal(header(scope, "x-api-key"))
+    if principal is None:
         raise UNAUTHORIZED
+    entry.key_id, entry.namespace = principal.key_id, principal.namespace
     body = b""
     while True:
         message = await receive()
@@ -88,7 +97,11 @@ async def _control(
         if not message.get("more_body", False):
             break
     reply = await control.handle(
-        scope["method"], scope["path"], scope.get("query_string", b"").decode("latin-1"), body
+        principal.namespace,
+        scope["method"],
+        scope["path"],
+        scope.get("query_string", b"").decode("latin-1"),
+        body,
     )
     await respond_json(send, reply.status, reply.body, reply.headers)
 
@@ -97,6 +110,7 @@ async def _sandbox(
     backend: Backend,
     http: httpx.AsyncClient,
     target: Target,
+    entry: audit.Entry,
     *,
     scope: Scope,
     receive: Receive,
@@ -104,10 +118,9 @@ async def _sandbox(
 ) -> None:
     if proxy.internal(scope["path"]):
         raise GatewayError(403, f"{scope['path']} is not reachable from outside the sandbox")
-    try:
-        sandbox = await backend.get(target.sandbox_id)
-    except GatewayError:
-        sandbox = None
+    sandbox = await backend.locate(target.sandbox_id, header(scope, "x-access-token"))
+    if sandbox is not None:
+        entry.namespace = sandbox.namespace
     if sandbox is None or sandbox.state is not State.RUNNING or sandbox.endpoint is None:
         await respond_json(send, 502, proxy.not_found_body(target.sandbox_id))
         return

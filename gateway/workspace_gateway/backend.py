@@ -4,6 +4,7 @@ The control API never builds a URL to a sandbox nor touches a cluster: it asks a
 the local mode and a cluster differ in one module.
 """
 
+import hmac
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -42,25 +43,54 @@ class Sandbox:
     auto_pause: bool
     endpoint: str | None
     """The agent's base URL while running (`http://host:port`); None while paused."""
+    namespace: str = ""
+    """The tenant namespace it lives in."""
 
 
 class Backend(Protocol):
-    """Every method raises `GatewayError` (404 for an unknown sandbox, 409 for a conflict)."""
+    """Sandboxes by tenant namespace: every call but `locate` names the caller's namespace.
+
+    A sandbox of another namespace is answered exactly as an unknown one. Every method raises
+    `GatewayError` (404 for an unknown sandbox, 409 for a conflict).
+    """
 
     def templates(self) -> frozenset[str]: ...
 
-    async def create(self, request: NewSandbox) -> Sandbox: ...
+    async def create(self, namespace: str, request: NewSandbox) -> Sandbox: ...
 
-    async def get(self, sandbox_id: str) -> Sandbox: ...
+    async def get(self, namespace: str, sandbox_id: str) -> Sandbox: ...
 
-    async def list(self) -> list[Sandbox]: ...
+    async def list(self, namespace: str) -> list[Sandbox]: ...
 
-    async def suspend(self, sandbox_id: str) -> None:
+    async def suspend(self, namespace: str, sandbox_id: str) -> None:
         """Pause; 409 when already paused."""
 
-    async def resume(self, sandbox_id: str, end_at: datetime) -> tuple[Sandbox, bool]:
+    async def resume(
+        self, namespace: str, sandbox_id: str, end_at: datetime
+    ) -> tuple[Sandbox, bool]:
         """Run it (if paused) with at least this end time; True when it was resumed."""
 
-    async def delete(self, sandbox_id: str) -> None: ...
+    async def delete(self, namespace: str, sandbox_id: str) -> None: ...
 
-    async def set_end(self, sandbox_id: str, end_at: datetime) -> None: ...
+    async def set_end(self, namespace: str, sandbox_id: str, end_at: datetime) -> None: ...
+
+    async def locate(self, sandbox_id: str, access_token: str | None) -> Sandbox | None:
+        """The sandbox a data-plane request names, in whichever namespace, or None.
+
+        The data plane carries no API key: the sandbox's access token is its authority, checked
+        by its agent. Should two namespaces hold a sandbox of this name (a tenant may make one
+        by hand after seeing another's ID), only the one whose token the caller presents
+        matches, and without a token none does: another tenant's sandbox never receives the
+        caller's traffic or token.
+        """
+
+
+def choose(candidates: list[Sandbox], access_token: str | None) -> Sandbox | None:
+    """`locate`'s rule over the sandboxes of one ID, whichever namespaces they are in."""
+    if len(candidates) == 1:
+        return candidates[0]
+    if access_token is None:
+        return None
+    given = access_token.encode()
+    chosen = [s for s in candidates if hmac.compare_digest(s.access_token.encode(), given)]
+    return chosen[0] if len(chosen) == 1 else None

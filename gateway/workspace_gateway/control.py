@@ -225,7 +225,8 @@ def _object(body: bytes) -> dict[str, Any]:
 
 
 SANDBOX_ID = r"(?P<id>[^/]+)"
-Route = tuple[str, re.Pattern[str], Callable[..., Any]]
+Route = tuple[str, re.Pattern[str], str, Callable[..., Any]]
+"""Method, path pattern, the route's template (for the audit log), action."""
 
 
 class Control:
@@ -236,78 +237,98 @@ class Control:
         self.domain = domain
         self.routes = self._routes()
 
-    async def handle(self, method: str, path: str, query_string: str, body: bytes) -> Reply:
+    async def handle(
+        self, namespace: str, method: str, path: str, query_string: str, body: bytes
+    ) -> Reply:
+        """Answer one call of the tenant whose namespace this is; nothing outside it is seen."""
         query = parse_qs(query_string, keep_blank_values=True)
-        for verb, pattern, action in self.routes:
+        for verb, pattern, _, action in self.routes:
             match = pattern.fullmatch(path)
             if match and verb == method:
-                return await action(*match.groups(), query=query, body=body)  # type: ignore[no-any-return]
-        if any(p.fullmatch(path) for _, p, _ in self.routes):
+                return await action(  # type: ignore[no-any-return]
+                    *match.groups(), namespace=namespace, query=query, body=body
+                )
+        if any(p.fullmatch(path) for _, p, _, _ in self.routes):
             raise GatewayError(405, f"{method} is not allowed on {path}")
         raise GatewayError(404, f"no route {path}")
 
-    def _routes(self) -> list[Route]:
-        one = re.compile
-        return [
-            ("POST", one(r"/(?:v2/)?sandboxes"), self.create),
-            ("GET", one(r"/v2/sandboxes"), self.list_all),
-            ("GET", one(r"/sandboxes"), self.list_running),
-            ("POST", one(rf"/(?:v2/)?sandboxes/{SANDBOX_ID}/connect"), self.connect),
-            ("GET", one(rf"/sandboxes/{SANDBOX_ID}"), self.get),
-            ("DELETE", one(rf"/sandboxes/{SANDBOX_ID}"), self.kill),
-            ("POST", one(rf"/sandboxes/{SANDBOX_ID}/timeout"), self.timeout),
-            ("POST", one(rf"/sandboxes/{SANDBOX_ID}/pause"), self.pause),
-            ("GET", one(rf"/sandboxes/{SANDBOX_ID}/metrics"), self.metrics),
-        ]
+    def resolve(self, method: str, path: str) -> tuple[str, str | None]:
+        """The route template and sandbox ID of a call, for the audit log; no raw paths."""
+        for verb, pattern, template, _ in self.routes:
+            match = pattern.fullmatch(path)
+            if match and verb == method:
+                return f"{method} {template}", match.groupdict().get("id")
+        return f"{method} (no route)", None
 
-    async def create(self, *, query: object, body: bytes) -> Reply:  # noqa: ARG002
+    def _routes(self) -> list[Route]:
+        def one(template: str) -> re.Pattern[str]:
+            return re.compile(template.replace("{id}", SANDBOX_ID).replace("{v2}", "(?:v2/)?"))
+
+        table: list[tuple[str, str, Callable[..., Any]]] = [
+            ("POST", "/{v2}sandboxes", self.create),
+            ("GET", "/v2/sandboxes", self.list_all),
+            ("GET", "/sandboxes", self.list_running),
+            ("POST", "/{v2}sandboxes/{id}/connect", self.connect),
+            ("GET", "/sandboxes/{id}", self.get),
+            ("DELETE", "/sandboxes/{id}", self.kill),
+            ("POST", "/sandboxes/{id}/timeout", self.timeout),
+            ("POST", "/sandboxes/{id}/pause", self.pause),
+            ("GET", "/sandboxes/{id}/metrics", self.metrics),
+        ]
+        return [(verb, one(t), t.replace("{v2}", ""), action) for verb, t, action in table]
+
+    async def create(self, *, namespace: str, body: bytes, **_: object) -> Reply:
         request = new_sandbox(_object(body))
         if request.template not in self.backend.templates():
             raise GatewayError(404, f"template {request.template!r} not found")
-        sandbox = await self.backend.create(request)
+        sandbox = await self.backend.create(namespace, request)
         return Reply(201, sandbox_json(sandbox, self.domain))
 
-    async def connect(self, sandbox_id: str, *, query: object, body: bytes) -> Reply:  # noqa: ARG002
+    async def connect(self, sandbox_id: str, *, namespace: str, body: bytes, **_: object) -> Reply:
         timeout = timeout_of(_object(body).get("timeout"))
-        sandbox, resumed = await self.backend.resume(sandbox_id, now() + timedelta(seconds=timeout))
+        sandbox, resumed = await self.backend.resume(
+            namespace, sandbox_id, now() + timedelta(seconds=timeout)
+        )
         return Reply(201 if resumed else 200, sandbox_json(sandbox, self.domain))
 
-    async def get(self, sandbox_id: str, *, query: object, body: bytes) -> Reply:  # noqa: ARG002
-        return Reply(200, detail_json(await self.backend.get(sandbox_id), self.domain))
+    async def get(self, sandbox_id: str, *, namespace: str, **_: object) -> Reply:
+        return Reply(200, detail_json(await self.backend.get(namespace, sandbox_id), self.domain))
 
-    async def list_all(self, *, query: dict[str, list[str]], body: bytes) -> Reply:  # noqa: ARG002
-        return page(await self.backend.list(), query)
+    async def list_all(self, *, namespace: str, query: dict[str, list[str]], **_: object) -> Reply:
+        return page(await self.backend.list(namespace), query)
 
-    async def list_running(self, *, query: dict[str, list[str]], body: bytes) -> Reply:  # noqa: ARG002
+    async def list_running(
+        self, *, namespace: str, query: dict[str, list[str]], **_: object
+    ) -> Reply:
         """The v1 list: running sandboxes only, one page."""
         wanted = metadata_filter((query.get("metadata") or [""])[-1])
         return Reply(
             200,
             [
                 listed_json(s)
-                for s in await self.backend.list()
+                for s in await self.backend.list(namespace)
                 if s.state is State.RUNNING
                 and all(s.metadata.get(k) == v for k, v in wanted.items())
             ],
         )
 
-    async def kill(self, sandbox_id: str, *, query: object, body: bytes) -> Reply:  # noqa: ARG002
-        await self.backend.delete(sandbox_id)
+    async def kill(self, sandbox_id: str, *, namespace: str, **_: object) -> Reply:
+        await self.backend.delete(namespace, sandbox_id)
         return Reply(204)
 
-    async def timeout(self, sandbox_id: str, *, query: object, body: bytes) -> Reply:  # noqa: ARG002
+    async def timeout(self, sandbox_id: str, *, namespace: str, body: bytes, **_: object) -> Reply:
         value = _object(body).get("timeout")
         if value is None:
             raise GatewayError(400, "timeout is required")
         seconds = timeout_of(value)
-        await self.backend.set_end(sandbox_id, now() + timedelta(seconds=seconds))
+        await self.backend.set_end(namespace, sandbox_id, now() + timedelta(seconds=seconds))
         return Reply(204)
 
-    async def pause(self, sandbox_id: str, *, query: object, body: bytes) -> Reply:  # noqa: ARG002
+    async def pause(self, sandbox_id: str, *, namespace: str, body: bytes, **_: object) -> Reply:
         _object(body)
-        await self.backend.suspend(sandbox_id)
+        await self.backend.suspend(namespace, sandbox_id)
         return Reply(204)
 
-    async def metrics(self, sandbox_id: str, *, query: object, body: bytes) -> Reply:  # noqa: ARG002
-        await self.backend.get(sandbox_id)
+    async def metrics(self, sandbox_id: str, *, namespace: str, **_: object) -> Reply:
+        await self.backend.get(namespace, sandbox_id)
         return Reply(200, [])

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from workspace_gateway.backend import NewSandbox, Sandbox, State
+from workspace_gateway.backend import NewSandbox, Sandbox, State, choose
 from workspace_gateway.errors import GatewayError, not_found
 
 TEMPLATES = frozenset({"base"})
@@ -71,7 +71,7 @@ class LocalBackend:
     def templates(self) -> frozenset[str]:
         return TEMPLATES
 
-    async def create(self, request: NewSandbox) -> Sandbox:
+    async def create(self, namespace: str, request: NewSandbox) -> Sandbox:
         sandbox_id = new_id()
         workspace = Path(tempfile.mkdtemp(prefix=f"sandbox-{sandbox_id}-"))
         now = datetime.now(UTC)
@@ -90,6 +90,7 @@ class LocalBackend:
             access_token=secrets.token_hex(32),
             auto_pause=request.auto_pause,
             endpoint=None,
+            namespace=namespace,
         )
         entry = _Entry(sandbox, workspace, dict(request.env_vars), None, asyncio.Lock())
         try:
@@ -101,21 +102,27 @@ class LocalBackend:
         self.entries[sandbox_id] = entry
         return entry.sandbox
 
-    async def get(self, sandbox_id: str) -> Sandbox:
-        return self._entry(sandbox_id).sandbox
+    async def get(self, namespace: str, sandbox_id: str) -> Sandbox:
+        return self._entry(namespace, sandbox_id).sandbox
 
-    async def list(self) -> list[Sandbox]:
-        return [e.sandbox for e in self.entries.values()]
+    async def list(self, namespace: str) -> list[Sandbox]:
+        return [e.sandbox for e in self.entries.values() if e.sandbox.namespace == namespace]
 
-    async def suspend(self, sandbox_id: str) -> None:
-        entry = self._entry(sandbox_id)
+    async def locate(self, sandbox_id: str, access_token: str | None) -> Sandbox | None:
+        entry = self.entries.get(sandbox_id)
+        return choose([entry.sandbox] if entry else [], access_token)
+
+    async def suspend(self, namespace: str, sandbox_id: str) -> None:
+        entry = self._entry(namespace, sandbox_id)
         async with entry.lock:
             if entry.sandbox.state is State.PAUSED:
                 raise GatewayError(409, f"sandbox {sandbox_id!r} is already paused")
             await self._stop(entry)
 
-    async def resume(self, sandbox_id: str, end_at: datetime) -> tuple[Sandbox, bool]:
-        entry = self._entry(sandbox_id)
+    async def resume(
+        self, namespace: str, sandbox_id: str, end_at: datetime
+    ) -> tuple[Sandbox, bool]:
+        entry = self._entry(namespace, sandbox_id)
         async with entry.lock:
             self._check(entry)
             # Connect only ever extends the end time.
@@ -129,14 +136,14 @@ class LocalBackend:
                     raise
             return entry.sandbox, resumed
 
-    async def delete(self, sandbox_id: str) -> None:
-        entry = self._entry(sandbox_id)
+    async def delete(self, namespace: str, sandbox_id: str) -> None:
+        entry = self._entry(namespace, sandbox_id)
         async with entry.lock:
             self._check(entry)
             await self._remove(entry)
 
-    async def set_end(self, sandbox_id: str, end_at: datetime) -> None:
-        entry = self._entry(sandbox_id)
+    async def set_end(self, namespace: str, sandbox_id: str, end_at: datetime) -> None:
+        entry = self._entry(namespace, sandbox_id)
         async with entry.lock:
             self._check(entry)
             entry.sandbox = replace(entry.sandbox, end_at=end_at)
@@ -165,9 +172,10 @@ class LocalBackend:
             await self._remove(entry)
         await self.http.aclose()
 
-    def _entry(self, sandbox_id: str) -> _Entry:
+    def _entry(self, namespace: str, sandbox_id: str) -> _Entry:
         entry = self.entries.get(sandbox_id)
-        if entry is None:
+        # Another namespace's sandbox is answered exactly as one that does not exist.
+        if entry is None or entry.sandbox.namespace != namespace:
             raise not_found(sandbox_id)
         return entry
 

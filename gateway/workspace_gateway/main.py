@@ -5,7 +5,6 @@ import asyncio
 import getpass
 import logging
 import re
-import secrets
 import shutil
 import socket
 import sys
@@ -15,9 +14,11 @@ import uvicorn
 
 from workspace_gateway import __version__, proxy
 from workspace_gateway.app import build_app
+from workspace_gateway.keys import KEY, StaticKeys, new_key
 from workspace_gateway.local_backend import LocalBackend
 
 AGENT = "workspace-sandbox-agent"
+LOCAL_NAMESPACE = "local"
 # Far above the SDK's 50 s keepalive pings and its 300 s idle connection pool.
 KEEP_ALIVE_SECONDS = 640
 SHUTDOWN_GRACE_SECONDS = 3
@@ -37,8 +38,8 @@ def address(text: str) -> tuple[str, int]:
 
 def api_key(text: str) -> str:
     # Older SDKs refuse a key of any other shape before sending it.
-    if not re.fullmatch(r"e2b_[0-9a-f]+", text):
-        msg = "an API key is e2b_ followed by lower-case hex digits"
+    if not KEY.fullmatch(text):
+        msg = "an API key is e2b_ followed by 40 lower-case hex digits"
         raise argparse.ArgumentTypeError(msg)
     return text
 
@@ -54,6 +55,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="workspace-sandbox-gateway",
         description="Serve E2B's control API and proxy to each sandbox's agent, on one address.",
+        epilog="API keys in a cluster: workspace-sandbox-gateway keys --help",
     )
     p.add_argument(
         "--local",
@@ -85,6 +87,12 @@ def find_agent() -> Path | None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["keys"]:
+        from workspace_gateway import keys_cli  # noqa: PLC0415  # only the keys command needs it
+
+        keys_cli.main(argv[1:])
+        return
     args = parser().parse_args(argv)
     if not args.local:
         sys.exit("workspace-sandbox-gateway: only --local is available so far")
@@ -94,7 +102,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     # One line per proxied request is the access log's job (`--log-level debug`), not httpx's.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
-    key = args.api_key or f"e2b_{secrets.token_hex(20)}"
+    key = args.api_key or new_key()
     if not args.api_key:
         print(f"API key: {key}", flush=True)  # noqa: T201
     log.warning(
@@ -107,7 +115,7 @@ async def serve(backend: LocalBackend, args: argparse.Namespace, key: str) -> No
     host, port = args.address
     http = proxy.client()
     config = uvicorn.Config(
-        build_app(backend, http, api_key=key, domain=args.domain),
+        build_app(backend, http, keys=StaticKeys({key: LOCAL_NAMESPACE}), domain=args.domain),
         host=host,
         port=port,
         http="h11",

@@ -8,7 +8,7 @@ from urllib.parse import parse_qs, quote, urlencode
 import httpx
 import pytest
 from workspace_gateway.app import build_app
-from workspace_gateway.backend import NewSandbox, Sandbox, State
+from workspace_gateway.backend import NewSandbox, Sandbox, State, choose
 from workspace_gateway.control import (
     MAX_TIMEOUT,
     metadata_filter,
@@ -18,9 +18,11 @@ from workspace_gateway.control import (
     token_key,
 )
 from workspace_gateway.errors import GatewayError, not_found
+from workspace_gateway.keys import StaticKeys
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-KEY = "e2b_0123abcd"
+KEY = "e2b_" + "0123abcd" * 5
+OTHER_KEY = "e2b_" + "4567cdef" * 5
 TOKEN = "a-sandbox-token"  # noqa: S105  # a test value
 
 
@@ -147,43 +149,56 @@ def test_create_requests_are_checked() -> None:
 
 
 class Sandboxes:
-    """An in-memory Backend with one sandbox, for the edge's error shapes."""
+    """An in-memory Backend: one sandbox in namespace `a`, for the edge's error shapes."""
 
     def __init__(self) -> None:
-        self.one = sandbox(1)
+        self.all = [sandbox(1, namespace="a")]
 
     def templates(self) -> frozenset[str]:
         return frozenset({"base"})
 
-    async def create(self, request: NewSandbox) -> Sandbox:
-        return replace(self.one, template=request.template)
+    async def create(self, namespace: str, request: NewSandbox) -> Sandbox:
+        return replace(self.all[0], template=request.template, namespace=namespace)
 
-    async def get(self, sandbox_id: str) -> Sandbox:
-        if sandbox_id != self.one.sandbox_id:
-            raise not_found(sandbox_id)
-        return self.one
+    async def get(self, namespace: str, sandbox_id: str) -> Sandbox:
+        for one in self.all:
+            if (one.namespace, one.sandbox_id) == (namespace, sandbox_id):
+                return one
+        raise not_found(sandbox_id)
 
-    async def list(self) -> list[Sandbox]:
-        return [self.one]
+    async def list(self, namespace: str) -> list[Sandbox]:
+        return [s for s in self.all if s.namespace == namespace]
 
-    async def suspend(self, sandbox_id: str) -> None:
-        await self.get(sandbox_id)
+    async def suspend(self, namespace: str, sandbox_id: str) -> None:
+        await self.get(namespace, sandbox_id)
         raise GatewayError(409, "already paused")
 
-    async def resume(self, sandbox_id: str, end_at: datetime) -> tuple[Sandbox, bool]:
-        return replace(await self.get(sandbox_id), end_at=end_at), False
+    async def resume(
+        self, namespace: str, sandbox_id: str, end_at: datetime
+    ) -> tuple[Sandbox, bool]:
+        return replace(await self.get(namespace, sandbox_id), end_at=end_at), False
 
-    async def delete(self, sandbox_id: str) -> None:
-        await self.get(sandbox_id)
+    async def delete(self, namespace: str, sandbox_id: str) -> None:
+        await self.get(namespace, sandbox_id)
 
-    async def set_end(self, sandbox_id: str, end_at: datetime) -> None:
-        self.one = replace(await self.get(sandbox_id), end_at=end_at)
+    async def set_end(self, namespace: str, sandbox_id: str, end_at: datetime) -> None:
+        one = await self.get(namespace, sandbox_id)
+        self.all[self.all.index(one)] = replace(one, end_at=end_at)
+
+    async def locate(self, sandbox_id: str, access_token: str | None) -> Sandbox | None:
+        return choose([s for s in self.all if s.sandbox_id == sandbox_id], access_token)
 
 
 @pytest.fixture
-async def client() -> httpx.AsyncClient:
+def backend() -> Sandboxes:
+    return Sandboxes()
+
+
+@pytest.fixture
+async def client(backend: Sandboxes) -> httpx.AsyncClient:
     async with httpx.AsyncClient() as upstream:
-        app = build_app(Sandboxes(), upstream, api_key=KEY, domain="sbx.example.com")
+        keys = StaticKeys({KEY: "a", OTHER_KEY: "b"})
+        app = build_app(backend, upstream, keys=keys, domain="sbx.example.com")
         return httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://api.sbx.example.com"
         )
@@ -204,7 +219,7 @@ async def client() -> httpx.AsyncClient:
             "GET",
             "/v2/sandboxes",
             None,
-            "e2b_0123abce",
+            KEY[:-1] + "e",
             401,
             "Invalid API key, please check your X-API-Key header",
         ),
@@ -267,3 +282,62 @@ async def test_another_port_is_not_open(client: httpx.AsyncClient) -> None:
     answer = await client.get("/", headers={"Host": "3000-sbx00000000000000001.sbx.example.com"})
     assert answer.status_code == 502
     assert "port is not open" in answer.json()["message"]
+
+
+ONE = "sbx00000000000000001"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/sandboxes/{}", None),
+        ("DELETE", "/sandboxes/{}", None),
+        ("POST", "/sandboxes/{}/pause", None),
+        ("POST", "/sandboxes/{}/timeout", b'{"timeout": 10}'),
+        ("POST", "/sandboxes/{}/connect", b'{"timeout": 10}'),
+        ("POST", "/v2/sandboxes/{}/connect", b'{"timeout": 10}'),
+        ("GET", "/sandboxes/{}/metrics", None),
+    ],
+)
+async def test_another_namespace_s_sandbox_answers_as_an_unknown_one(
+    client: httpx.AsyncClient, backend: Sandboxes, method: str, path: str, body: bytes | None
+) -> None:
+    headers = {"X-API-Key": OTHER_KEY}
+    theirs = await client.request(method, path.format(ONE), content=body, headers=headers)
+    unknown = await client.request(
+        method, path.format("sbx99999999999999999"), content=body, headers=headers
+    )
+    assert theirs.status_code == unknown.status_code == 404
+    assert theirs.json() == {"code": 404, "message": f"sandbox {ONE!r} not found"}
+    assert unknown.json()["message"] == "sandbox 'sbx99999999999999999' not found"
+    assert backend.all[0].end_at == sandbox(1).end_at  # nothing changed for its owner
+    mine = await client.request(method, path.format(ONE), content=body, headers={"X-API-Key": KEY})
+    assert mine.status_code != 404
+
+
+async def test_lists_show_only_the_key_s_namespace(client: httpx.AsyncClient) -> None:
+    for path in ("/sandboxes", "/v2/sandboxes"):
+        mine = await client.get(path, headers={"X-API-Key": KEY})
+        theirs = await client.get(path, headers={"X-API-Key": OTHER_KEY})
+        assert [s["sandboxID"] for s in mine.json()] == [ONE]
+        assert theirs.json() == []
+
+
+async def test_a_name_in_two_namespaces_is_reached_by_no_one_without_a_token(
+    client: httpx.AsyncClient, backend: Sandboxes
+) -> None:
+    backend.all.append(sandbox(1, namespace="b", access_token="theirs"))  # noqa: S106
+    answer = await client.get("/health", headers={"E2b-Sandbox-Id": ONE})
+    assert answer.status_code == 502
+    assert answer.json()["message"] == "The sandbox was not found"
+
+
+def test_the_data_plane_chooses_between_namespaces_only_by_the_token() -> None:
+    mine = sandbox(1, namespace="a", access_token="mine")  # noqa: S106
+    squatter = sandbox(1, namespace="b", access_token="theirs")  # noqa: S106
+    assert choose([mine], None) is mine  # one of that name: its agent checks the token
+    assert choose([mine, squatter], "mine") is mine
+    assert choose([squatter, mine], "mine") is mine
+    assert choose([mine, squatter], None) is None
+    assert choose([mine, squatter], "neither") is None
+    assert choose([], "mine") is None

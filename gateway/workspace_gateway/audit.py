@@ -1,0 +1,69 @@
+"""The audit log: one JSON line per request, naming who did what to which sandbox.
+
+Only what identifies a request is logged: the key's ID (never the key), the namespace, the
+sandbox ID, the route's template (never the query, which may carry file paths or signatures),
+the status, the bytes each way and the time taken. Tokens, metadata and bodies never are.
+"""
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from workspace_gateway.asgi import Message, Receive, Send
+
+log = logging.getLogger("workspace_gateway.audit")
+MAX_ROUTE = 200
+
+
+@dataclass
+class Entry:
+    """What one request did, filled in as it runs."""
+
+    at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    key_id: str | None = None
+    namespace: str | None = None
+    sandbox_id: str | None = None
+    route: str = ""
+    status: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def line(self, now: float | None = None) -> str:
+        duration = ((time.monotonic() if now is None else now) - self.started) * 1000
+        return json.dumps(
+            {
+                "time": self.at.isoformat().replace("+00:00", "Z"),
+                "keyId": self.key_id,
+                "namespace": self.namespace,
+                "sandboxId": self.sandbox_id,
+                "route": self.route[:MAX_ROUTE],
+                "status": self.status,
+                "bytesIn": self.bytes_in,
+                "bytesOut": self.bytes_out,
+                "durationMs": round(duration, 1),
+            },
+            separators=(",", ":"),
+        )
+
+    def counting(self, receive: Receive, send: Send) -> tuple[Receive, Send]:
+        """`receive` and `send` that count body bytes and note the status as they pass."""
+
+        async def counted_receive() -> Message:
+            message = await receive()
+            self.bytes_in += len(message.get("body", b""))
+            return message
+
+        async def counted_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.status = int(message["status"])
+            self.bytes_out += len(message.get("body", b""))
+            await send(message)
+
+        return counted_receive, counted_send
+
+
+def write(entry: Entry) -> None:
+    log.info("%s", entry.line())
