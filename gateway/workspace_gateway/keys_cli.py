@@ -49,7 +49,11 @@ def api_client(kubeconfig: str | None, context: str | None) -> client.ApiClient:
         if kubeconfig or context:
             raise
     configuration = client.Configuration()
-    config.load_incluster_config(client_configuration=configuration)
+    try:
+        config.load_incluster_config(client_configuration=configuration)
+    except ConfigException:
+        msg = "no kubeconfig (KUBECONFIG or ~/.kube/config) and not inside a cluster"
+        raise ConfigException(msg) from None
     return client.ApiClient(configuration)
 
 
