@@ -1,0 +1,141 @@
+"""The template mapping: which WorkspaceSandbox spec each E2B template name stands for.
+
+The platform team writes it once, as YAML:
+
+    templates:
+      base:
+        preset: standard          # optional: the platform's default preset otherwise
+        image: ubuntu-24.04       # a name in the platform's image catalog
+        resources: {cpu: "2", memory: 4Gi, disk: 20Gi}   # optional, each within the preset
+
+A template not listed is answered as E2B answers an unknown one (404).
+"""
+
+import math
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+NAME = re.compile(r"[a-zA-Z0-9][-a-zA-Z0-9_.]{0,62}")
+PRESET = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+RESOURCES = ("cpu", "memory", "disk")
+SUFFIXES = {
+    "": 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
+QUANTITY = re.compile(r"(?P<number>[0-9]+(\.[0-9]+)?)(?P<suffix>m|[kMGTPE]i?|Ki)?")
+
+
+class TemplateError(ValueError):
+    """The mapping file is unusable; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class Template:
+    image: str
+    preset: str | None = None
+    resources: dict[str, str] = field(default_factory=dict)
+
+    def spec(self) -> dict[str, Any]:
+        """The WorkspaceSandbox spec it stands for (power and lifetime are the gateway's)."""
+        out: dict[str, Any] = {"image": self.image}
+        if self.preset:
+            out["preset"] = self.preset
+        if self.resources:
+            out["resources"] = dict(self.resources)
+        return out
+
+    def figures(self) -> tuple[int, int, int]:
+        """cpuCount, memoryMB, diskSizeMB as E2B reports them; 0 where the preset decides."""
+        cpu = self.resources.get("cpu")
+        memory = self.resources.get("memory")
+        disk = self.resources.get("disk")
+        return (
+            math.ceil(quantity(cpu)) if cpu else 0,
+            int(quantity(memory) // 2**20) if memory else 0,
+            int(quantity(disk) // 2**20) if disk else 0,
+        )
+
+
+def quantity(text: str) -> Decimal:
+    """A Kubernetes quantity without sign or exponent, as a number of units."""
+    found = QUANTITY.fullmatch(text)
+    if not found:
+        raise TemplateError(f"{text!r} is not a quantity such as 2, 1500m or 4Gi")
+    try:
+        number = Decimal(found["number"])
+    except InvalidOperation:
+        raise TemplateError(f"{text!r} is not a quantity") from None
+    suffix = found["suffix"] or ""
+    if suffix == "m":
+        return number / 1000
+    return number * SUFFIXES[suffix]
+
+
+def _template(name: str, value: object, where: str) -> Template:
+    if not isinstance(value, dict):
+        raise TemplateError(f"{where}: templates.{name} must be a mapping")
+    unknown = set(value) - {"image", "preset", "resources"}
+    if unknown:
+        raise TemplateError(f"{where}: templates.{name} has unknown fields {sorted(unknown)}")
+    image, preset = value.get("image"), value.get("preset")
+    if not isinstance(image, str) or not 0 < len(image) <= 63:  # noqa: PLR2004
+        raise TemplateError(f"{where}: templates.{name}.image must be an image name")
+    if preset is not None and (not isinstance(preset, str) or not PRESET.fullmatch(preset)):
+        raise TemplateError(f"{where}: templates.{name}.preset must be a preset name")
+    resources = value.get("resources") or {}
+    if not isinstance(resources, dict) or set(resources) - set(RESOURCES):
+        raise TemplateError(f"{where}: templates.{name}.resources takes only {RESOURCES}")
+    sizes: dict[str, str] = {}
+    for k, v in resources.items():
+        if isinstance(v, bool) or not isinstance(v, int | str):
+            raise TemplateError(f"{where}: templates.{name}.resources.{k} must be a quantity")
+        try:
+            if quantity(str(v)) <= 0:
+                raise TemplateError("not more than zero")
+        except TemplateError:
+            raise TemplateError(
+                f"{where}: templates.{name}.resources.{k}: {v!r} is not a quantity more than "
+                "zero such as 2, 1500m or 4Gi"
+            ) from None
+        sizes[k] = str(v)
+    return Template(image=image, preset=preset, resources=sizes)
+
+
+def parse(text: str, where: str) -> dict[str, Template]:
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise TemplateError(f"{where}: not YAML: {e}") from None
+    templates = document.get("templates") if isinstance(document, dict) else None
+    if not isinstance(templates, dict) or not templates:
+        raise TemplateError(f"{where}: expected a non-empty 'templates' mapping")
+    out = {}
+    for name, value in templates.items():
+        if not isinstance(name, str) or not NAME.fullmatch(name):
+            raise TemplateError(f"{where}: {name!r} is not a template name")
+        out[name] = _template(name, value, where)
+    return out
+
+
+def load(path: Path) -> dict[str, Template]:
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise TemplateError(f"{path}: {e.strerror}") from None
+    return parse(text, str(path))

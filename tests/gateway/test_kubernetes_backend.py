@@ -1,0 +1,338 @@
+"""The Kubernetes backend, through the real client against a fake API server and a real agent.
+
+A small controller stands in for the platform: it marks a Running WorkspaceSandbox Ready with
+`status.endpoint` at a real local agent, and a Suspended one Suspended, so create and connect
+wait, `/health` and `/init` happen for real, and the SDK's token then opens the agent.
+"""
+
+import asyncio
+import contextlib
+import copy
+import getpass
+import socket
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from kubernetes import client, config
+from workspace_gateway.app import build_app
+from workspace_gateway.keys import StaticKeys, new_key
+from workspace_gateway.kubernetes_backend import (
+    ID_LABEL,
+    PLURAL,
+    KubernetesBackend,
+    Settings,
+    access_token,
+)
+from workspace_gateway.templates import Template, TemplateError, parse, quantity
+
+from tests.gateway import kube_fake
+from tests.schemas import validate_xrd_object
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT = Path(sys.executable).with_name("workspace-sandbox-agent")
+KEY_A, KEY_B = new_key(), new_key()
+SEED = b"a test seed"
+BASE = Template(
+    image="ubuntu-24.04",
+    preset="standard",
+    resources={"cpu": "1500m", "memory": "4Gi", "disk": "20Gi"},
+)
+
+
+@cache
+def xrd() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "deploy/xrd.yaml").read_text())  # type: ignore[no-any-return]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Platform:
+    """The platform's part: an agent of its own for each Running sandbox.
+
+    Each agent listens on its own loopback address at `port`, and the sandbox is marked Ready
+    with that address as `status.endpoint`; a Suspended one loses its agent, so a resume boots
+    a fresh one, as a VM's cold boot does.
+    """
+
+    def __init__(self, cluster: kube_fake.Cluster, folder: Path) -> None:
+        self.cluster = cluster
+        self.folder = folder
+        self.port = free_port()
+        self.agents: dict[tuple[str, str], asyncio.subprocess.Process] = {}
+        self.roots: dict[tuple[str, str], Path] = {}
+        self.hosts = iter(range(2, 250))
+
+    async def run(self) -> None:
+        while True:
+            for key, obj in list(self.cluster.objects.items()):
+                if key[0] == PLURAL:
+                    await self.observe(key, obj)
+            await asyncio.sleep(0.05)
+
+    async def observe(self, key: kube_fake.Key, obj: dict[str, Any]) -> None:
+        running = obj["spec"].get("power", "Running") == "Running"
+        phase = (obj.get("status") or {}).get("phase")
+        where = (key[1], key[2])
+        if running and phase != "Running":
+            host = f"127.0.0.{next(self.hosts)}"
+            root = self.roots.setdefault(where, self.folder / f"{key[1]}-{key[2]}")
+            root.mkdir(exist_ok=True)
+            self.agents[where] = await asyncio.create_subprocess_exec(
+                AGENT,
+                *("--address", f"{host}:{self.port}", "--root", str(root)),
+                *("--user", getpass.getuser(), "--log-level", "warning"),
+            )
+            ready = {
+                "type": "Ready",
+                "status": "True",
+                "reason": "Available",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }
+            status = {"phase": "Running", "endpoint": host, "conditions": [ready]}
+            self.cluster.update(key, lambda o: o.update(status=status))
+        elif not running and phase != "Suspended":
+            await self.stop(where)
+            self.cluster.update(key, lambda o: o.update(status={"phase": "Suspended"}))
+
+    async def stop(self, where: tuple[str, str]) -> None:
+        process = self.agents.pop(where, None)
+        if process is not None:
+            process.terminate()
+            await process.wait()
+
+    async def close(self) -> None:
+        for where in list(self.agents):
+            await self.stop(where)
+
+
+@dataclass
+class World:
+    cluster: kube_fake.Cluster
+    backend: KubernetesBackend
+    http: httpx.AsyncClient
+    platform: Platform
+
+    async def call(self, method: str, path: str, key: str, **kwargs: Any) -> httpx.Response:
+        return await self.http.request(method, path, headers={"X-API-Key": key}, **kwargs)
+
+    def xr(self, namespace: str, sandbox_id: str) -> dict[str, Any]:
+        return self.cluster.objects[(PLURAL, namespace, sandbox_id)]
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> AsyncIterator[World]:
+    with kube_fake.serve() as (cluster, url):
+        api = config.new_client_from_config(config_file=str(kube_fake.kubeconfig(url, tmp_path)))
+        platform = Platform(cluster, tmp_path)
+        settings = Settings(
+            templates={"base": BASE},
+            seed=SEED,
+            agent_port=platform.port,
+            workdir=".",  # each agent's own root
+            ready_seconds=15,
+        )
+        backend = KubernetesBackend(client.CustomObjectsApi(api), settings, httpx.AsyncClient())
+        controller = asyncio.create_task(platform.run())
+        async with httpx.AsyncClient(timeout=30) as upstream:
+            keys = StaticKeys({KEY_A: "team-a", KEY_B: "team-b"})
+            app = build_app(backend, upstream, keys=keys, domain="sbx.example.com")
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://api.sbx.example.com", timeout=30
+            ) as http:
+                yield World(cluster, backend, http, platform)
+        controller.cancel()
+        await platform.close()
+        await backend.close()
+        api.close()
+        for obj in cluster.written:
+            if obj["kind"] == "WorkspaceSandbox":
+                assert validate_xrd_object(xrd(), obj) == [], obj
+
+
+async def test_create_writes_a_valid_xr_waits_for_the_agent_and_initialises_it(
+    world: World,
+) -> None:
+    body = {"templateID": "base", "timeout": 120, "metadata": {"who": "me"}, "envVars": {"A": "1"}}
+    answer = await world.call("POST", "/v2/sandboxes", KEY_A, json=body)
+    assert answer.status_code == 201, answer.text
+    sandbox_id = answer.json()["sandboxID"]
+    token = answer.json()["envdAccessToken"]
+    assert len(sandbox_id) == 20
+    assert sandbox_id.isalnum()
+    assert sandbox_id == sandbox_id.lower()
+    assert token == access_token(SEED, "team-a", sandbox_id)
+    xr = world.xr("team-a", sandbox_id)
+    assert xr["metadata"]["labels"] == {ID_LABEL: sandbox_id}
+    assert xr["spec"] == {
+        "image": "ubuntu-24.04",
+        "preset": "standard",
+        "resources": {"cpu": "1500m", "memory": "4Gi", "disk": "20Gi"},
+        "power": "Running",
+    }
+    assert token not in str(xr)
+    assert world.cluster.written  # and each one is checked against the XRD at teardown
+
+    # /init ran: the token opens the agent, files are read from the workdir.
+    (world.platform.roots["team-a", sandbox_id] / "hello.txt").write_text("hi")
+    plane = {"E2b-Sandbox-Id": sandbox_id}
+    read = await world.http.get("/files?path=hello.txt", headers={**plane, "X-Access-Token": token})
+    assert (read.status_code, read.text) == (200, "hi")
+    wrong = await world.http.get("/files?path=hello.txt", headers={**plane, "X-Access-Token": "x"})
+    assert wrong.status_code == 401
+
+    info = await world.call("GET", f"/sandboxes/{sandbox_id}", KEY_A)
+    assert info.json()["metadata"] == {"who": "me"}
+    assert (info.json()["cpuCount"], info.json()["memoryMB"], info.json()["diskSizeMB"]) == (
+        2,
+        4096,
+        20480,
+    )
+    assert info.json()["state"] == "running"
+
+
+async def test_an_unknown_template_is_a_404_and_writes_nothing(world: World) -> None:
+    answer = await world.call("POST", "/sandboxes", KEY_A, json={"templateID": "gpu"})
+    assert answer.status_code == 404
+    assert answer.json() == {"code": 404, "message": "template 'gpu' not found"}
+    assert world.cluster.written == []
+
+
+async def test_pause_connect_and_kill(world: World) -> None:
+    created = await world.call("POST", "/sandboxes", KEY_A, json={"autoPause": True, "timeout": 60})
+    assert created.status_code == 201, created.text
+    sandbox_id = created.json()["sandboxID"]
+    assert "suspendAt" in world.xr("team-a", sandbox_id)["spec"]["lifetime"]
+
+    assert (await world.call("POST", f"/sandboxes/{sandbox_id}/pause", KEY_A)).status_code == 204
+    assert world.xr("team-a", sandbox_id)["spec"]["power"] == "Suspended"
+    again = await world.call("POST", f"/sandboxes/{sandbox_id}/pause", KEY_A)
+    assert again.status_code == 409
+    listed = await world.call("GET", "/v2/sandboxes?state=paused", KEY_A)
+    assert [s["sandboxID"] for s in listed.json()] == [sandbox_id]
+    down = await world.http.get("/health", headers={"E2b-Sandbox-Id": sandbox_id})
+    assert down.status_code == 502
+
+    resumed = await world.call(
+        "POST", f"/sandboxes/{sandbox_id}/connect", KEY_A, json={"timeout": 600}
+    )
+    assert resumed.status_code == 201
+    xr = world.xr("team-a", sandbox_id)
+    assert xr["spec"]["power"] == "Running"
+    assert xr["status"]["phase"] == "Running"
+    end = datetime.fromisoformat(xr["spec"]["lifetime"]["suspendAt"])
+    assert end > datetime.now(UTC) + timedelta(seconds=500)
+    still = await world.call("POST", f"/sandboxes/{sandbox_id}/connect", KEY_A, json={})
+    assert still.status_code == 200
+
+    assert (await world.call("DELETE", f"/sandboxes/{sandbox_id}", KEY_A)).status_code == 204
+    assert (PLURAL, "team-a", sandbox_id) not in world.cluster.objects
+    gone = await world.call("GET", f"/sandboxes/{sandbox_id}", KEY_A)
+    assert gone.status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/sandboxes/{}", None),
+        ("DELETE", "/sandboxes/{}", None),
+        ("POST", "/sandboxes/{}/pause", None),
+        ("POST", "/sandboxes/{}/timeout", {"timeout": 10}),
+        ("POST", "/sandboxes/{}/connect", {"timeout": 10}),
+        ("GET", "/sandboxes/{}/metrics", None),
+    ],
+)
+async def test_another_namespace_s_key_sees_nothing_and_changes_nothing(
+    world: World, method: str, path: str, body: dict[str, int] | None
+) -> None:
+    sandbox_id = (await world.call("POST", "/sandboxes", KEY_A, json={})).json()["sandboxID"]
+    before = world.xr("team-a", sandbox_id)["metadata"]["resourceVersion"]
+    theirs = await world.call(method, path.format(sandbox_id), KEY_B, json=body)
+    unknown_id = "z" * 20
+    unknown = await world.call(method, path.format(unknown_id), KEY_B, json=body)
+    assert theirs.status_code == unknown.status_code == 404
+    assert theirs.json() == {"code": 404, "message": f"sandbox {sandbox_id!r} not found"}
+    assert unknown.json() == {"code": 404, "message": f"sandbox {unknown_id!r} not found"}
+    assert world.xr("team-a", sandbox_id)["metadata"]["resourceVersion"] == before
+    assert (await world.call("GET", "/v2/sandboxes", KEY_B)).json() == []
+
+
+async def test_a_same_named_sandbox_in_another_namespace_never_gets_the_traffic(
+    world: World,
+) -> None:
+    created = (await world.call("POST", "/sandboxes", KEY_A, json={})).json()
+    sandbox_id, token = created["sandboxID"], created["envdAccessToken"]
+    (world.platform.roots["team-a", sandbox_id] / "hello.txt").write_text("mine")
+    # Tenant B saw the ID and made a WorkspaceSandbox of that name by hand, label and all.
+    squat = copy.deepcopy(world.xr("team-a", sandbox_id))
+    del squat["status"]
+    squat["metadata"]["namespace"] = "team-b"
+    world.cluster.put((PLURAL, "team-b", sandbox_id), squat)
+    for _ in range(100):
+        if world.xr("team-b", sandbox_id).get("status"):
+            break
+        await asyncio.sleep(0.05)
+    (world.platform.roots["team-b", sandbox_id] / "hello.txt").write_text("theirs")
+    # Its agent is up and uninitialised: it would answer anyone.
+    theirs = f"http://{world.xr('team-b', sandbox_id)['status']['endpoint']}:{world.platform.port}"
+    async with httpx.AsyncClient() as direct:
+        for _ in range(100):
+            with contextlib.suppress(httpx.TransportError):
+                answer = await direct.get(theirs + "/files?path=hello.txt")
+                break
+            await asyncio.sleep(0.05)
+        assert answer.text == "theirs"
+    plane = {"E2b-Sandbox-Id": sandbox_id}
+    for _ in range(5):
+        read = await world.http.get(
+            "/files?path=hello.txt", headers={**plane, "X-Access-Token": token}
+        )
+        assert (read.status_code, read.text) == (200, "mine")
+    anonymous = await world.http.get("/files?path=hello.txt", headers=plane)
+    assert anonymous.status_code == 502
+    guessed = await world.http.get(
+        "/files?path=hello.txt", headers={**plane, "X-Access-Token": "x"}
+    )
+    assert guessed.status_code == 502
+
+
+def test_the_mapping_file_is_checked() -> None:
+    text = "templates:\n  base:\n    image: ubuntu-24.04\n    resources: {cpu: 2, memory: 512Mi}\n"
+    assert parse(text, "m.yaml") == {
+        "base": Template(image="ubuntu-24.04", resources={"cpu": "2", "memory": "512Mi"})
+    }
+    assert parse(text, "m.yaml")["base"].figures() == (2, 512, 0)
+    bad = {
+        "templates: []": "m.yaml: expected a non-empty 'templates' mapping",
+        "templates: {base: {}}": "m.yaml: templates.base.image must be an image name",
+        "templates: {base: {image: x, gpu: 1}}": "m.yaml: templates.base has unknown fields ['gpu']",
+        "templates: {base: {image: x, preset: Big}}": "m.yaml: templates.base.preset must be a preset name",
+        "templates: {base: {image: x, resources: {cpu: 0}}}": "m.yaml: templates.base.resources.cpu: 0 is not a quantity more than zero such as 2, 1500m or 4Gi",
+        "templates: {base: {image: x, resources: {memory: 1e3}}}": "m.yaml: templates.base.resources.memory: '1e3' is not a quantity more than zero such as 2, 1500m or 4Gi",
+        "templates: {'a b': {image: x}}": "m.yaml: 'a b' is not a template name",
+        "templates: [": None,
+    }
+    for text_, message in bad.items():
+        with pytest.raises(TemplateError) as e:
+            parse(text_, "m.yaml")
+        if message:
+            assert str(e.value) == message
+
+
+@pytest.mark.parametrize(
+    ("text", "value"), [("2", 2), ("1500m", 1.5), ("4Gi", 4 * 2**30), ("1k", 1000), ("0.5", 0.5)]
+)
+def test_quantities(text: str, value: float) -> None:
+    assert float(quantity(text)) == value
