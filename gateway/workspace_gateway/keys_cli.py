@@ -7,17 +7,14 @@ namespace, which is exactly the right to mint keys.
 
 import argparse
 import sys
-from pathlib import Path
 
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from workspace_gateway.cluster import DEFAULT_NAMESPACE, api_client, gateway_namespace
 from workspace_gateway.errors import GatewayError
 from workspace_gateway.keys import SecretKeys
-
-DEFAULT_NAMESPACE = "sandbox-gateway"
-IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -39,30 +36,6 @@ def parser() -> argparse.ArgumentParser:
     revoke = sub.add_parser("revoke", help="revoke a key by its ID")
     revoke.add_argument("key_id", metavar="ID")
     return p
-
-
-def api_client(kubeconfig: str | None, context: str | None) -> client.ApiClient:
-    """The kubeconfig's client, else the in-cluster one."""
-    try:
-        return config.new_client_from_config(config_file=kubeconfig, context=context)
-    except (ConfigException, OSError):
-        if kubeconfig or context:
-            raise
-    configuration = client.Configuration()
-    try:
-        config.load_incluster_config(client_configuration=configuration)
-    except ConfigException:
-        msg = "no kubeconfig (KUBECONFIG or ~/.kube/config) and not inside a cluster"
-        raise ConfigException(msg) from None
-    return client.ApiClient(configuration)
-
-
-def gateway_namespace(given: str | None) -> str:
-    if given:
-        return given
-    if IN_CLUSTER_NAMESPACE.exists():
-        return IN_CLUSTER_NAMESPACE.read_text().strip()
-    return DEFAULT_NAMESPACE
 
 
 def main(argv: list[str]) -> None:

@@ -14,7 +14,8 @@ import uvicorn
 
 from workspace_gateway import __version__, proxy
 from workspace_gateway.app import build_app
-from workspace_gateway.keys import KEY, StaticKeys, new_key
+from workspace_gateway.keys import KEY, Keys, StaticKeys, new_key
+from workspace_gateway.kubernetes_backend import KubernetesBackend
 from workspace_gateway.local_backend import LocalBackend
 
 AGENT = "workspace-sandbox-agent"
@@ -62,6 +63,11 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="sandboxes are agent processes on this machine (no isolation: development only)",
     )
+    p.add_argument(
+        "--kubernetes",
+        action="store_true",
+        help="sandboxes are WorkspaceSandboxes in each key's namespace; keys are Secrets",
+    )
     p.add_argument("--address", type=address, required=True, help="HOST:PORT to listen on")
     p.add_argument("--api-key", type=api_key, help="the API key (default: a new one, printed)")
     p.add_argument(
@@ -71,6 +77,19 @@ def parser() -> argparse.ArgumentParser:
         help="the sandboxes' domain, returned to the SDK; hosts <port>-<id>.DOMAIN reach a "
         "sandbox (default e2b.localhost)",
     )
+    cluster = p.add_argument_group("--kubernetes")
+    cluster.add_argument("--templates", type=Path, help="the template mapping file (YAML)")
+    cluster.add_argument(
+        "--token-seed-file",
+        type=Path,
+        help="a file (a mounted Secret) with the seed every sandbox's access token derives from",
+    )
+    cluster.add_argument(
+        "--agent-port", type=int, default=49983, help="SandboxPlatform gateway.agentPort"
+    )
+    cluster.add_argument("--gateway-namespace", help="where the key Secrets are")
+    cluster.add_argument("--kubeconfig", help="default: KUBECONFIG, ~/.kube, else in-cluster")
+    cluster.add_argument("--context", help="the kubeconfig context")
     p.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
@@ -94,28 +113,48 @@ def main(argv: list[str] | None = None) -> None:
         keys_cli.main(argv[1:])
         return
     args = parser().parse_args(argv)
-    if not args.local:
-        sys.exit("workspace-sandbox-gateway: only --local is available so far")
+    if args.local == args.kubernetes:
+        sys.exit("workspace-sandbox-gateway: give exactly one of --local and --kubernetes")
+    setup_logging(args.log_level)
+    if args.kubernetes:
+        from workspace_gateway import kubernetes_main  # noqa: PLC0415
+
+        backend, secret_keys = kubernetes_main.open_cluster(args)
+        asyncio.run(serve(backend, args, secret_keys))
+        return
     agent = find_agent()
     if agent is None:
         sys.exit(f"workspace-sandbox-gateway: {AGENT} is neither beside Python nor on PATH")
-    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    # One line per proxied request is the access log's job (`--log-level debug`), not httpx's.
-    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
     key = args.api_key or new_key()
     if not args.api_key:
         print(f"API key: {key}", flush=True)  # noqa: T201
     log.warning(
         "local mode: sandboxes are processes of this user on this machine, with no isolation"
     )
-    asyncio.run(serve(LocalBackend(agent, getpass.getuser()), args, key))
+    keys = StaticKeys({key: LOCAL_NAMESPACE})
+    asyncio.run(serve(LocalBackend(agent, getpass.getuser()), args, keys))
 
 
-async def serve(backend: LocalBackend, args: argparse.Namespace, key: str) -> None:
+def setup_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    # One line per proxied request is the access log's job (`--log-level debug`), not httpx's.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
+    # The audit log: bare JSON lines on stdout, for a log shipper to read as they are.
+    audit = logging.getLogger("workspace_gateway.audit")
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    audit.addHandler(handler)
+    audit.propagate = False
+
+
+Backend = LocalBackend | KubernetesBackend
+
+
+async def serve(backend: Backend, args: argparse.Namespace, keys: Keys) -> None:
     host, port = args.address
     http = proxy.client()
     config = uvicorn.Config(
-        build_app(backend, http, keys=StaticKeys({key: LOCAL_NAMESPACE}), domain=args.domain),
+        build_app(backend, http, keys=keys, domain=args.domain),
         host=host,
         port=port,
         http="h11",
@@ -142,7 +181,7 @@ class Server(uvicorn.Server):
     After a signal uvicorn re-raises it once `serve` returns, so a `finally` there may not run.
     """
 
-    def __init__(self, config: uvicorn.Config, backend: LocalBackend) -> None:
+    def __init__(self, config: uvicorn.Config, backend: Backend) -> None:
         super().__init__(config)
         self.backend = backend
 

@@ -52,7 +52,17 @@ def test_without_a_key_one_is_made_printed_and_required() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--address", "127.0.0.1:1"], "only --local is available so far"),
+        (["--address", "127.0.0.1:1"], "give exactly one of --local and --kubernetes"),
+        (
+            ["--kubernetes", "--address", "127.0.0.1:1"],
+            "--kubernetes needs --templates and --token-seed-file",
+        ),
+        (
+            ["--kubernetes", "--address", "127.0.0.1:1", "--templates", "/nonexistent"]
+            + ["--token-seed-file", "/nonexistent"],
+            "/nonexistent: No such file or directory",
+        ),
+        (["--local", "--address", "127.0.0.1:1", "--api-key", "e2b_abc"], "an API key is e2b_"),
         (["--local", "--address", "nowhere"], "'nowhere' is not HOST:PORT"),
         (["--local", "--address", "127.0.0.1:1", "--api-key", "sk-123"], "an API key is e2b_"),
         (["--local", "--address", "127.0.0.1:1", "--domain", "a..b"], "'a..b' is not a domain"),

@@ -1,0 +1,32 @@
+"""`--kubernetes`: the backend and keys over the cluster, from the command line's settings."""
+
+import argparse
+import sys
+
+import httpx
+from kubernetes import client
+from kubernetes.config.config_exception import ConfigException
+
+from workspace_gateway import cluster, templates
+from workspace_gateway.keys import SecretKeys
+from workspace_gateway.kubernetes_backend import KubernetesBackend, Settings
+
+
+def open_cluster(args: argparse.Namespace) -> tuple[KubernetesBackend, SecretKeys]:
+    """Everything `--kubernetes` needs, or one line saying what is missing."""
+    if args.templates is None or args.token_seed_file is None:
+        sys.exit("workspace-sandbox-gateway: --kubernetes needs --templates and --token-seed-file")
+    if not 0 < args.agent_port < 65536:  # noqa: PLR2004
+        sys.exit("workspace-sandbox-gateway: --agent-port must be a port number")
+    try:
+        mapping = templates.load(args.templates)
+        seed = cluster.seed(args.token_seed_file)
+        api = cluster.api_client(args.kubeconfig, args.context)
+    except (templates.TemplateError, ConfigException, OSError) as e:
+        sys.exit(f"workspace-sandbox-gateway: {e}")
+    settings = Settings(templates=mapping, seed=seed, agent_port=args.agent_port)
+    backend = KubernetesBackend(
+        client.CustomObjectsApi(api), settings, httpx.AsyncClient(trust_env=False)
+    )
+    keys = SecretKeys(client.CoreV1Api(api), cluster.gateway_namespace(args.gateway_namespace))
+    return backend, keys
