@@ -58,8 +58,15 @@ def test_without_a_key_one_is_made_printed_and_required() -> None:
             "--kubernetes needs --templates and --token-seed-file",
         ),
         (
-            ["--kubernetes", "--address", "127.0.0.1:1", "--templates", "/nonexistent"]
-            + ["--token-seed-file", "/nonexistent"],
+            [
+                "--kubernetes",
+                "--address",
+                "127.0.0.1:1",
+                "--templates",
+                "/nonexistent",
+                "--token-seed-file",
+                "/nonexistent",
+            ],
             "/nonexistent: No such file or directory",
         ),
         (["--local", "--address", "127.0.0.1:1", "--api-key", "e2b_abc"], "an API key is e2b_"),
