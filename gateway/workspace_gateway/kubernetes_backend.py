@@ -59,6 +59,10 @@ def new_id() -> str:
     return "".join(secrets.choice(ID_ALPHABET) for _ in range(ID_LENGTH))
 
 
+def is_id(text: str) -> bool:
+    return len(text) == ID_LENGTH and not set(text) - set(ID_ALPHABET)
+
+
 def access_token(seed: bytes, namespace: str, sandbox_id: str) -> str:
     return hmac.new(seed, f"{namespace}/{sandbox_id}".encode(), hashlib.sha256).hexdigest()
 
@@ -254,6 +258,8 @@ class KubernetesBackend:
         await self._update(namespace, sandbox_id, change)
 
     async def locate(self, sandbox_id: str, access_token: str | None) -> Sandbox | None:
+        if not is_id(sandbox_id):
+            return None  # a header's text never reaches a label selector
         listed = await self._call(
             self.custom.list_cluster_custom_object,
             GROUP,
@@ -269,13 +275,17 @@ class KubernetesBackend:
         return choose(found, access_token)
 
     async def reap(self, now: datetime) -> None:
-        """Kill running sandboxes past their end time; the platform pauses auto-pause ones."""
+        """Kill running sandboxes past their end time; the platform pauses auto-pause ones.
+
+        A paused sandbox is kept, as E2B keeps it, until it is killed or resumed.
+        """
         listed = await self._call(
             self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL, label_selector=ID_LABEL
         )
         for obj in listed.get("items", []):
             sandbox = sandbox_of(obj, self.settings)
-            if ours(obj) and not sandbox.auto_pause and sandbox.end_at <= now:
+            expired = sandbox.state is State.RUNNING and sandbox.end_at <= now
+            if ours(obj) and expired and not sandbox.auto_pause:
                 with contextlib.suppress(GatewayError):
                     await self._delete(sandbox.namespace, sandbox.sandbox_id)
 
@@ -328,7 +338,7 @@ class KubernetesBackend:
             raise GatewayError(500, f"the sandbox's agent refused /init: {answer.text[:200]}")
 
     async def _get(self, namespace: str, sandbox_id: str) -> dict[str, Any]:
-        if len(sandbox_id) != ID_LENGTH or set(sandbox_id) - set(ID_ALPHABET):
+        if not is_id(sandbox_id):
             raise not_found(sandbox_id)  # never a name the cluster would read as a path
         obj = await self._call(
             self.custom.get_namespaced_custom_object,

@@ -336,3 +336,36 @@ def test_the_mapping_file_is_checked() -> None:
 )
 def test_quantities(text: str, value: float) -> None:
     assert float(quantity(text)) == value
+
+
+async def test_the_reaper_kills_expired_sandboxes_and_leaves_auto_pause_to_the_platform(
+    world: World,
+) -> None:
+    doomed = (await world.call("POST", "/sandboxes", KEY_A, json={})).json()["sandboxID"]
+    kept = (await world.call("POST", "/sandboxes", KEY_A, json={"autoPause": True})).json()
+    alive = (await world.call("POST", "/sandboxes", KEY_B, json={"timeout": 600})).json()
+    paused = (await world.call("POST", "/sandboxes", KEY_B, json={})).json()["sandboxID"]
+    assert (await world.call("POST", f"/sandboxes/{paused}/pause", KEY_B)).status_code == 204
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    await world.backend.set_end("team-b", paused, past)
+    await world.backend.set_end("team-a", doomed, past)
+    await world.backend.set_end("team-a", kept["sandboxID"], past)
+    assert world.xr("team-a", kept["sandboxID"])["spec"]["lifetime"]["suspendAt"] == (
+        past.strftime("%Y-%m-%dT%H:%M:%SZ")
+    )
+    await world.backend.reap(datetime.now(UTC))
+    assert (PLURAL, "team-a", doomed) not in world.cluster.objects
+    assert (PLURAL, "team-a", kept["sandboxID"]) in world.cluster.objects
+    assert (PLURAL, "team-b", alive["sandboxID"]) in world.cluster.objects
+    assert (PLURAL, "team-b", paused) in world.cluster.objects
+
+
+async def test_sandbox_ids_that_are_not_ids_never_reach_the_cluster(world: World) -> None:
+    before = len(world.cluster.requests)
+    for bad in ("x,y", "a" * 21, "../team-b", "!label"):
+        answer = await world.http.get("/health", headers={"E2b-Sandbox-Id": bad})
+        assert answer.status_code == 502
+        assert await world.backend.locate(bad, None) is None
+    answer = await world.call("GET", "/sandboxes/..%2Fteam-b", KEY_A)
+    assert answer.status_code == 404
+    assert len(world.cluster.requests) == before
