@@ -49,6 +49,7 @@ READY_SECONDS = 300.0
 POLL_SECONDS = 0.5
 MERGE_PATCH = "application/merge-patch+json"
 UPDATE_ATTEMPTS = 5
+MAX_MESSAGE = 500
 PAUSED_PHASES = frozenset({"Suspending", "Suspended"})
 
 log = logging.getLogger("workspace_gateway")
@@ -57,6 +58,13 @@ T = TypeVar("T")
 
 def new_id() -> str:
     return "".join(secrets.choice(ID_ALPHABET) for _ in range(ID_LENGTH))
+
+
+def refusal(e: ApiException) -> str:
+    """The message of the API server's Status, without the rest of its body."""
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        return str(json.loads(e.body)["message"])[:MAX_MESSAGE]
+    return str(e.reason)
 
 
 def is_id(text: str) -> bool:
@@ -407,6 +415,9 @@ class KubernetesBackend:
                 raise not_found(missing) from None
             if e.status == 409:  # noqa: PLR2004
                 raise GatewayError(409, "the sandbox changed meanwhile; try again") from None
+            if e.status in {400, 422}:
+                # The API server or the platform's admission refused what the caller asked for.
+                raise GatewayError(400, f"the platform refused the sandbox: {refusal(e)}") from None
             if e.status == 403:  # noqa: PLR2004
                 log.error("the cluster refused the gateway: %s", e.reason)
                 raise GatewayError(500, "the gateway may not do that in this namespace") from None

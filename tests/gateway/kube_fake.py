@@ -80,6 +80,17 @@ class Cluster:
         return [o for (r, _, _), o in self.objects.items() if r == plural]
 
 
+MAX_ANNOTATIONS = 256 * 1024  # the API server's limit on an object's annotations, in bytes
+
+
+def too_big(obj: dict[str, Any]) -> Answer | None:
+    notes = obj.get("metadata", {}).get("annotations") or {}
+    if sum(len(k) + len(v) for k, v in notes.items()) > MAX_ANNOTATIONS:
+        message = f"{obj['metadata']['name']}: metadata.annotations: Too long: must have at most 262144 bytes"
+        return status(422, "Invalid", message)
+    return None
+
+
 def status(code: int, reason: str, message: str) -> Answer:
     body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code}
     return code, {**body, "reason": reason, "message": message}
@@ -122,6 +133,9 @@ def collection(
     key = (plural, ns, obj["metadata"]["name"])
     if key in cluster.objects:
         return status(409, "AlreadyExists", f"{key[2]} already exists")
+    refused = too_big(obj)
+    if refused:
+        return refused
     cluster.written.append(copy.deepcopy(obj))
     return 201, cluster.put(key, obj)
 
@@ -150,6 +164,9 @@ def patched(cluster: Cluster, key: Key, body: Callable[[], Any], content_type: s
     if wanted and wanted != current["metadata"]["resourceVersion"]:
         return status(409, "Conflict", "the object has been modified")
     obj = merge(copy.deepcopy(current), patch)
+    refused = too_big(obj)
+    if refused:
+        return refused
     cluster.written.append(copy.deepcopy(obj))
     return 200, cluster.put(key, obj)
 

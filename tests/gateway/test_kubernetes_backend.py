@@ -369,3 +369,12 @@ async def test_sandbox_ids_that_are_not_ids_never_reach_the_cluster(world: World
     answer = await world.call("GET", "/sandboxes/..%2Fteam-b", KEY_A)
     assert answer.status_code == 404
     assert len(world.cluster.requests) == before
+
+
+async def test_what_the_cluster_refuses_is_a_400_that_says_why(world: World) -> None:
+    huge = {"notes": "x" * 300_000}
+    answer = await world.call("POST", "/sandboxes", KEY_A, json={"metadata": huge})
+    assert answer.status_code == 400
+    assert answer.json()["message"].startswith("the platform refused the sandbox: ")
+    assert "metadata.annotations: Too long" in answer.json()["message"]
+    assert world.cluster.resource(PLURAL) == []
