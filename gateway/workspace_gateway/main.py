@@ -161,7 +161,7 @@ async def serve(backend: LocalBackend, args: argparse.Namespace, key: str) -> No
         build_app(backend, http, api_key=key, domain=args.domain),
         host=host,
         port=port,
-        http="h11",
+        http="httptools",
         lifespan="off",
         log_level=args.log_level,
         access_log=args.log_level == "debug",
