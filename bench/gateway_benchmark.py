@@ -9,7 +9,9 @@ straight to its agent (`sandbox_url` is the agent's own address, read from its c
 as only local mode can), with the same access token. The difference is the proxy's cost.
 
 - Commands: `commands.run("true")` each way, called in turn so noise on this shared machine
-  lands on both; the ratio of the medians.
+  lands on both; the ratio of the medians. A command spawns `bash -l` as the gateway's user,
+  whose login profile may dominate, so `files.get_info(".")` (one unary call, no process) is
+  measured the same way: the proxy's own cost per request.
 - Files: a 64 MiB file written and read each way, nine times in turn, hashes checked; the
   median throughput through the gateway as a share of straight to the agent.
 - Many sandboxes: 50 threads, each creating a sandbox, running a few commands, writing and
@@ -28,6 +30,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -80,18 +83,21 @@ def _ms(times: list[float], q: int) -> float:
     return statistics.quantiles(times, n=100)[q - 1] * 1000
 
 
-def _commands(via: Sandbox, direct: Sandbox, calls: int) -> tuple[list[float], list[float]]:
+def _pairs(
+    via: Callable[[], object], direct: Callable[[], object], calls: int
+) -> tuple[list[float], list[float]]:
+    """Seconds per call through the gateway and straight to the agent, called in turn."""
     gateway: list[float] = []
     agent: list[float] = []
     for _ in range(20):
-        via.commands.run("true")
-        direct.commands.run("true")
+        via()
+        direct()
     for _ in range(calls):
         t = time.perf_counter()
-        via.commands.run("true")
+        via()
         gateway.append(time.perf_counter() - t)
         t = time.perf_counter()
-        direct.commands.run("true")
+        direct()
         agent.append(time.perf_counter() - t)
     return gateway, agent
 
@@ -168,7 +174,12 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="gateway-bench-") as scratch:
             via = Sandbox.create()
             direct = Sandbox.connect(via.sandbox_id, sandbox_url=_agent_url(via.sandbox_id))
-            gateway, agent = _commands(via, direct, calls)
+            gateway, agent = _pairs(
+                lambda: via.commands.run("true"), lambda: direct.commands.run("true"), calls
+            )
+            stat = _pairs(
+                lambda: via.files.get_info("."), lambda: direct.files.get_info("."), calls
+            )
             files = _files(via, direct, Path(scratch), size, rounds)
             via.kill()
         wall, errors = _many(count)
@@ -192,6 +203,10 @@ def main() -> None:
     print(
         f"| commands.run('true'): p90 | {_ms(gateway, 90):.2f} ms | {_ms(agent, 90):.2f} ms "
         f"| {_ms(gateway, 90) / _ms(agent, 90):.2f}x | |"
+    )
+    print(
+        f"| files.get_info('.'): p50 | {_ms(stat[0], 50):.2f} ms | {_ms(stat[1], 50):.2f} ms "
+        f"| {statistics.median(stat[0]) / statistics.median(stat[1]):.2f}x | (the proxy alone) |"
     )
     shares = {}
     for way in ("write", "read"):
