@@ -3,6 +3,7 @@
 import argparse
 import asyncio
 import logging
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -73,6 +74,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
+    # A parent that ignores SIGCHLD hands that on through exec, and then the kernel reaps every
+    # command itself and its exit status is lost: commands must be ours to wait for.
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     root: Path = args.root
     if not root.is_dir():
         sys.exit(f"workspace-sandbox-agent: --root {root} is not a directory")

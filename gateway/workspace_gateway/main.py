@@ -7,6 +7,7 @@ import logging
 import re
 import shutil
 import socket
+import ssl
 import sys
 from pathlib import Path
 
@@ -91,10 +92,56 @@ def parser() -> argparse.ArgumentParser:
     cluster.add_argument("--kubeconfig", help="default: KUBECONFIG, ~/.kube, else in-cluster")
     cluster.add_argument("--context", help="the kubeconfig context")
     p.add_argument(
+        "--tls-cert",
+        type=Path,
+        metavar="FILE",
+        help="serve HTTPS with this PEM certificate chain (for *.DOMAIN and api.DOMAIN); "
+        "needs --tls-key",
+    )
+    p.add_argument("--tls-key", type=Path, metavar="FILE", help="the PEM private key of --tls-cert")
+    p.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return p
+
+
+class TLSError(Exception):
+    """The certificate or key can't be served; the message says which and why."""
+
+
+def check_tls(cert: Path | None, key: Path | None) -> None:
+    """Fail with one line now, rather than with uvicorn's traceback at startup.
+
+    Both files are read as uvicorn will read them, so a key that doesn't match the
+    certificate is caught here too.
+    """
+    if (cert is None) != (key is None):
+        raise TLSError("--tls-cert and --tls-key go together: give both, or neither for HTTP")
+    if cert is None or key is None:
+        return
+    for flag, path, kind in (
+        ("--tls-cert", cert, b"CERTIFICATE-----"),
+        ("--tls-key", key, b"PRIVATE KEY-----"),
+    ):
+        try:
+            pem = path.read_bytes()
+        except OSError as err:
+            raise TLSError(f"{flag} {path}: {err.strerror}") from None
+        if b"-----BEGIN " not in pem:
+            raise TLSError(f"{flag} {path}: not PEM-encoded")
+        if kind not in pem:
+            what = "certificate" if flag == "--tls-cert" else "private key"
+            raise TLSError(f"{flag} {path}: holds no PEM {what}")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except ssl.SSLError as err:
+        why = (
+            "the key is not the certificate's"
+            if err.reason == "KEY_VALUES_MISMATCH"
+            else "the PEM data is damaged"
+        )
+        raise TLSError(f"--tls-cert {cert} with --tls-key {key}: {why}") from None
 
 
 def find_agent() -> Path | None:
@@ -115,6 +162,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     if args.local == args.kubernetes:
         sys.exit("workspace-sandbox-gateway: give exactly one of --local and --kubernetes")
+    try:
+        check_tls(args.tls_cert, args.tls_key)
+    except TLSError as err:
+        sys.exit(f"workspace-sandbox-gateway: {err}")
     setup_logging(args.log_level)
     if args.kubernetes:
         from workspace_gateway import kubernetes_main  # noqa: PLC0415
@@ -157,16 +208,19 @@ async def serve(backend: Backend, args: argparse.Namespace, keys: Keys) -> None:
         build_app(backend, http, keys=keys, domain=args.domain),
         host=host,
         port=port,
-        http="h11",
+        http="httptools",
         lifespan="off",
         log_level=args.log_level,
         access_log=args.log_level == "debug",
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
         server_header=False,
+        ssl_certfile=args.tls_cert,
+        ssl_keyfile=args.tls_key,
     )
     reaper = asyncio.create_task(backend.reap_forever())
-    log.info("serving on %s:%d, domain %s", host, port, args.domain)
+    scheme = "https" if args.tls_cert else "http"
+    log.info("serving %s on %s:%d, domain %s", scheme, host, port, args.domain)
     try:
         await Server(config, backend).serve()
     finally:

@@ -5,9 +5,11 @@ Users upgrade their SDK on their own schedule, and 2.50.0 differs from the dev e
 httpx-based file client. One venv can't hold both SDKs, so 2.50.0 gets a venv of its own,
 kept inside this venv (built once, then reused), and runs `tests/agent/sdk` against the agent
 of this venv and `tests/gateway/sdk` against its gateway. The tests there import only the
-standard library, pytest, httpx and `e2b` for this reason.
+standard library, pytest, httpx and `e2b` (and `cryptography`, for the TLS test) for this
+reason.
 """
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -38,7 +40,11 @@ def _pins(*names: str) -> list[str]:
 
 
 def _old_sdk_venv() -> Path:
-    venv = Path(sys.prefix) / "sdk-venvs" / OLD_SDK.replace("==", "-")
+    # cryptography makes the TLS test's certificates. The venv is named for what it holds, so
+    # a change to this list builds a new one rather than reusing one without the change.
+    packages = [OLD_SDK, *_pins("pytest", "pytest-asyncio", "httpx", "cryptography")]
+    name = hashlib.sha256(" ".join(packages).encode()).hexdigest()[:8]
+    venv = Path(sys.prefix) / "sdk-venvs" / f"{OLD_SDK.replace('==', '-')}-{name}"
     python = venv / "bin" / "python"
     if python.exists():
         return python
@@ -55,8 +61,7 @@ def _old_sdk_venv() -> Path:
             "install",
             "--quiet",
             "--no-compile",
-            OLD_SDK,
-            *_pins("pytest", "pytest-asyncio", "httpx"),
+            *packages,
         ],
         capture_output=True,
         text=True,

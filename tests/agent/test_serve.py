@@ -1,9 +1,21 @@
 """The agent's process: it starts, answers /health, and refuses bad arguments in one line."""
 
 import subprocess
+import sys
 from pathlib import Path
 
-from tests.agent.sdk.conftest import AGENT, Running, needs_root
+import httpx
+
+from tests.agent.sdk.conftest import (
+    AGENT,
+    STREAM,
+    Running,
+    envelope,
+    envelopes,
+    needs_root,
+    start,
+    stop,
+)
 
 
 def test_health_answers_204_with_the_envd_version(agent: Running) -> None:
@@ -37,3 +49,34 @@ def test_an_unknown_default_user_is_one_line(workspace: Path) -> None:
     assert "--user:" in done.stderr
     assert "no-such-user-here" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+# Started by a parent that ignores SIGCHLD: an ignored SIGCHLD survives exec, and would let the
+# kernel reap every command before the agent reads its exit status.
+_IGNORING_PARENT = """
+import os, signal, sys
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+def test_exit_codes_survive_a_parent_that_ignores_sigchld(workspace: Path) -> None:
+    running = start(workspace, wrapper=(sys.executable, "-c", _IGNORING_PARENT))
+    try:
+        body = {"process": {"cmd": "/bin/sh", "args": ["-c", "exit 3"]}, "stdin": False}
+        with httpx.stream(
+            "POST",
+            running.url + "/process.Process/Start",
+            content=envelope(body),
+            headers=STREAM,
+            timeout=30,
+        ) as answer:
+            events = [m for _, m in envelopes(answer)]
+        assert events[-2]["event"]["end"] == {
+            "exitCode": 3,
+            "exited": True,
+            "status": "exit status 3",
+            "error": "exit status 3",
+        }
+    finally:
+        stop(running)

@@ -109,7 +109,14 @@ main(sys.argv[3:])
 """
 
 
-def start(root: Path, *, user: str = DEFAULT_USER, as_uid: int | None = None) -> Running:
+def start(
+    root: Path,
+    *,
+    user: str = DEFAULT_USER,
+    as_uid: int | None = None,
+    wrapper: tuple[str, ...] = (),
+) -> Running:
+    """The agent on a free port, once it answers; `wrapper` runs first and execs it."""
     port = free_port()
     args = [
         "--address",
@@ -122,7 +129,7 @@ def start(root: Path, *, user: str = DEFAULT_USER, as_uid: int | None = None) ->
         "warning",
     ]
     if as_uid is None:
-        command = [str(AGENT), *args]
+        command = [*wrapper, str(AGENT), *args]
     else:
         python = AGENT.with_name("python")
         command = [str(python), "-c", _AS_USER, str(as_uid), str(NOBODY.pw_gid), *args]
