@@ -19,6 +19,8 @@ import httpx
 import pytest
 from e2b import Sandbox
 
+from tests.agent.sdk.conftest import no_stale_pyenv_lock  # noqa: F401  # autouse, for root's login shells
+
 GATEWAY = Path(
     os.environ.get("GATEWAY") or Path(sys.executable).with_name("workspace-sandbox-gateway")
 )
