@@ -4,9 +4,11 @@ The control API never builds a URL to a sandbox nor touches a cluster: it asks a
 the local mode and a cluster differ in one module.
 """
 
+import asyncio
 import hmac
+import logging
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Protocol
 
@@ -94,3 +96,21 @@ def choose(candidates: list[Sandbox], access_token: str | None) -> Sandbox | Non
     given = access_token.encode()
     chosen = [s for s in candidates if hmac.compare_digest(s.access_token.encode(), given)]
     return chosen[0] if len(chosen) == 1 else None
+
+
+class Reaping(Protocol):
+    REAP_EVERY: float
+    """Seconds between two rounds."""
+
+    async def reap(self, now: datetime) -> None:
+        """Kill, or with auto-pause pause, the sandboxes whose end time has come."""
+
+
+async def reap_forever(backend: Reaping) -> None:
+    """Reap for as long as the gateway serves, even when no client calls."""
+    while True:
+        try:
+            await backend.reap(datetime.now(UTC))
+        except Exception:  # one bad round must not end reaping for good
+            logging.getLogger(__name__).exception("reaping expired sandboxes failed")
+        await asyncio.sleep(backend.REAP_EVERY)

@@ -187,6 +187,8 @@ def sandbox_of(obj: Mapping[str, Any], settings: Settings, envd_version: str = "
 class KubernetesBackend:
     """The Backend over a cluster; `custom` is the client's `CustomObjectsApi`."""
 
+    REAP_EVERY = 5.0  # a list of every sandbox per round
+
     def __init__(self, custom: Any, settings: Settings, http: httpx.AsyncClient) -> None:
         self.custom = custom
         self.settings = settings
@@ -296,14 +298,6 @@ class KubernetesBackend:
             if ours(obj) and expired and not sandbox.auto_pause:
                 with contextlib.suppress(GatewayError):
                     await self._delete(sandbox.namespace, sandbox.sandbox_id)
-
-    async def reap_forever(self, interval: float = 5.0) -> None:
-        while True:
-            try:
-                await self.reap(datetime.now(UTC))
-            except Exception:  # one bad round must not end reaping for good
-                log.exception("reaping expired sandboxes failed")
-            await asyncio.sleep(interval)
 
     async def close(self) -> None:
         await self.http.aclose()

@@ -61,6 +61,8 @@ class _Entry:
 class LocalBackend:
     """Sandboxes as local agent processes; all of them go when `close` is called."""
 
+    REAP_EVERY = 1.0
+
     def __init__(self, agent: Path, user: str) -> None:
         self.agent = agent
         self.user = user
@@ -158,14 +160,6 @@ class LocalBackend:
                             await self._stop(entry)
                         else:
                             await self._remove(entry)
-
-    async def reap_forever(self, interval: float = 1.0) -> None:
-        while True:
-            try:
-                await self.reap(datetime.now(UTC))
-            except Exception:  # one bad round must not end reaping for good
-                log.exception("reaping expired sandboxes failed")
-            await asyncio.sleep(interval)
 
     async def close(self) -> None:
         for entry in list(self.entries.values()):

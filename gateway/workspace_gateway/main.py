@@ -15,6 +15,7 @@ import uvicorn
 
 from workspace_gateway import __version__, proxy
 from workspace_gateway.app import build_app
+from workspace_gateway.backend import reap_forever
 from workspace_gateway.keys import KEY, Keys, StaticKeys, new_key
 from workspace_gateway.kubernetes_backend import KubernetesBackend
 from workspace_gateway.local_backend import LocalBackend
@@ -218,7 +219,7 @@ async def serve(backend: Backend, args: argparse.Namespace, keys: Keys) -> None:
         ssl_certfile=args.tls_cert,
         ssl_keyfile=args.tls_key,
     )
-    reaper = asyncio.create_task(backend.reap_forever())
+    reaper = asyncio.create_task(reap_forever(backend))
     scheme = "https" if args.tls_cert else "http"
     log.info("serving %s on %s:%d, domain %s", scheme, host, port, args.domain)
     try:
