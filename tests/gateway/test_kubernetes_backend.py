@@ -9,8 +9,12 @@ import asyncio
 import contextlib
 import copy
 import getpass
+import os
+import pwd
+import shutil
 import socket
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -58,12 +62,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+USER = "nobody" if os.geteuid() == 0 else getpass.getuser()
+
+
 class Platform:
     """The platform's part: an agent of its own for each Running sandbox.
 
     Each agent listens on its own loopback address at `port`, and the sandbox is marked Ready
     with that address as `status.endpoint`; a Suspended one loses its agent, so a resume boots
-    a fresh one, as a VM's cold boot does.
+    a fresh one, as a VM's cold boot does. As root, each agent acts as `nobody` by default, as a
+    VM's agent acts as its unprivileged user: commands then never run root's login profile,
+    which on this project's CI machines runs `pyenv rehash` and can wait on its lock.
     """
 
     def __init__(self, cluster: kube_fake.Cluster, folder: Path) -> None:
@@ -87,12 +96,11 @@ class Platform:
         where = (key[1], key[2])
         if running and phase != "Running":
             host = f"127.0.0.{next(self.hosts)}"
-            root = self.roots.setdefault(where, self.folder / f"{key[1]}-{key[2]}")
-            root.mkdir(exist_ok=True)
+            root = self.roots.get(where) or self._workspace(where)
             self.agents[where] = await asyncio.create_subprocess_exec(
                 AGENT,
                 *("--address", f"{host}:{self.port}", "--root", str(root)),
-                *("--user", getpass.getuser(), "--log-level", "warning"),
+                *("--user", USER, "--log-level", "warning"),
             )
             ready = {
                 "type": "Ready",
@@ -106,6 +114,14 @@ class Platform:
             await self.stop(where)
             self.cluster.update(key, lambda o: o.update(status={"phase": "Suspended"}))
 
+    def _workspace(self, where: tuple[str, str]) -> Path:
+        # Outside pytest's root-only temporary folders, so that `nobody` can reach it.
+        root = Path(tempfile.mkdtemp(prefix=f"{where[0]}-{where[1]}-"))
+        if os.geteuid() == 0:
+            os.chown(root, pwd.getpwnam(USER).pw_uid, pwd.getpwnam(USER).pw_gid)
+        self.roots[where] = root
+        return root
+
     async def stop(self, where: tuple[str, str]) -> None:
         process = self.agents.pop(where, None)
         if process is not None:
@@ -115,6 +131,8 @@ class Platform:
     async def close(self) -> None:
         for where in list(self.agents):
             await self.stop(where)
+        for root in self.roots.values():
+            shutil.rmtree(root, ignore_errors=True)
 
 
 @dataclass
