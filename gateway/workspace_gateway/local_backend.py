@@ -68,6 +68,8 @@ class LocalBackend:
         self.user = user
         self.figures = machine_figures()
         self.entries: dict[str, _Entry] = {}
+        # Every agent process until it has been waited for, whatever cancelled its stop.
+        self.processes: set[asyncio.subprocess.Process] = set()
         self.http = httpx.AsyncClient(timeout=10.0, trust_env=False)
 
     def templates(self) -> frozenset[str]:
@@ -164,6 +166,8 @@ class LocalBackend:
     async def close(self) -> None:
         for entry in list(self.entries.values()):
             await self._remove(entry)
+        for process in list(self.processes):
+            await self._end(process)
         await self.http.aclose()
 
     def _entry(self, namespace: str, sandbox_id: str) -> _Entry:
@@ -196,6 +200,7 @@ class LocalBackend:
             "warning",
             stdin=asyncio.subprocess.DEVNULL,
         )
+        self.processes.add(entry.process)
         version = await self._healthy(entry.process, endpoint)
         init = {
             "envVars": entry.env_vars,
@@ -225,14 +230,18 @@ class LocalBackend:
     async def _stop(self, entry: _Entry) -> None:
         process, entry.process = entry.process, None
         entry.sandbox = replace(entry.sandbox, state=State.PAUSED, endpoint=None)
-        if process is None or process.returncode is not None:
-            return
-        process.terminate()
-        try:
-            await asyncio.wait_for(process.wait(), STOP_SECONDS)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
+        if process is not None:
+            await self._end(process)
+
+    async def _end(self, process: asyncio.subprocess.Process) -> None:
+        if process.returncode is None:
+            process.terminate()
+            try:
+                await asyncio.wait_for(process.wait(), STOP_SECONDS)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+        self.processes.discard(process)
 
     async def _remove(self, entry: _Entry) -> None:
         self.entries.pop(entry.sandbox.sandbox_id, None)

@@ -8,6 +8,7 @@ wait, `/health` and `/init` happen for real, and the SDK's token then opens the 
 import asyncio
 import contextlib
 import copy
+import gc
 import getpass
 import os
 import pwd
@@ -95,6 +96,8 @@ class Platform:
         phase = (obj.get("status") or {}).get("phase")
         where = (key[1], key[2])
         if running and phase != "Running":
+            # A status lost to a whole-object write must not leave the old agent running.
+            await self.stop(where)
             host = f"127.0.0.{next(self.hosts)}"
             root = self.roots.get(where) or self._workspace(where)
             self.agents[where] = await asyncio.create_subprocess_exec(
@@ -123,10 +126,13 @@ class Platform:
         return root
 
     async def stop(self, where: tuple[str, str]) -> None:
-        process = self.agents.pop(where, None)
+        # Forgotten only once it has exited: a stop cancelled half-way is finished by `close`.
+        process = self.agents.get(where)
         if process is not None:
-            process.terminate()
+            if process.returncode is None:
+                process.terminate()
             await process.wait()
+            del self.agents[where]
 
     async def close(self) -> None:
         for where in list(self.agents):
@@ -172,7 +178,11 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
             ) as http:
                 yield World(cluster, backend, http, platform)
         controller.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await controller
         await platform.close()
+        # Every agent is gone now: a leaked one would warn here, in this test, not later.
+        gc.collect()
         await backend.close()
         api.close()
         for obj in cluster.written:
