@@ -2,8 +2,8 @@
 
 The object is the whole state: its name is the sandbox ID (also on a label, so budgets, metrics
 and audit events correlate with the workload), the template, start and end times, auto-pause,
-metadata and env vars are annotations, pause is `spec.power: Suspended`. A replica keeps
-nothing another one needs. An auto-pause sandbox also carries its end time as
+metadata and env vars (sealed: see `sealed`) are annotations, pause is `spec.power: Suspended`.
+A replica keeps nothing another one needs. An auto-pause sandbox also carries its end time as
 `spec.lifetime.suspendAt`, so the platform suspends it even if no gateway is running.
 
 The agent's access token is derived, never stored: HMAC-SHA256 of the namespace and sandbox ID
@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import httpx
 from kubernetes.client.exceptions import ApiException
 
+from workspace_gateway import sealed
 from workspace_gateway.backend import NewSandbox, Sandbox, State, choose
 from workspace_gateway.errors import GatewayError, not_found
 from workspace_gateway.templates import Template
@@ -80,9 +81,16 @@ def rfc3339(moment: datetime) -> str:
 
 
 def manifest(
-    sandbox_id: str, template_name: str, template: Template, request: NewSandbox, now: datetime
+    where: tuple[str, str],
+    template_name: str,
+    template: Template,
+    request: NewSandbox,
+    now: datetime,
+    *,
+    seed: bytes,
 ) -> dict[str, Any]:
-    """The WorkspaceSandbox a create request stands for."""
+    """The WorkspaceSandbox a create request stands for, in `where` (namespace, sandbox ID)."""
+    namespace, sandbox_id = where
     end = now.timestamp() + request.timeout
     end_at = datetime.fromtimestamp(end, UTC)
     spec: dict[str, Any] = {**template.spec(), "power": "Running"}
@@ -100,7 +108,7 @@ def manifest(
                 END: end_at.isoformat(),
                 AUTO_PAUSE: "true" if request.auto_pause else "false",
                 METADATA: json.dumps(request.metadata, sort_keys=True),
-                ENV_VARS: json.dumps(request.env_vars, sort_keys=True),
+                ENV_VARS: sealed.seal(seed, namespace, sandbox_id, request.env_vars),
             },
         },
         "spec": spec,
@@ -202,7 +210,9 @@ class KubernetesBackend:
         if template is None:
             raise GatewayError(404, f"template {request.template!r} not found")
         sandbox_id = new_id()
-        body = manifest(sandbox_id, request.template, template, request, datetime.now(UTC))
+        now = datetime.now(UTC)
+        where = (namespace, sandbox_id)
+        body = manifest(where, request.template, template, request, now, seed=self.settings.seed)
         await self._call(
             self.custom.create_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, body
         )
@@ -329,7 +339,9 @@ class KubernetesBackend:
         sandbox = sandbox_of(obj, self.settings)
         notes = obj["metadata"].get("annotations") or {}
         body = {
-            "envVars": _json_strings(notes.get(ENV_VARS)),
+            "envVars": sealed.unseal(
+                self.settings.seed, sandbox.namespace, sandbox.sandbox_id, notes.get(ENV_VARS)
+            ),
             "accessToken": sandbox.access_token,
             "defaultWorkdir": self.settings.workdir,
             "timestamp": datetime.now(UTC).isoformat(),

@@ -5,6 +5,7 @@ the stand-in platform starting a real agent for each running sandbox.
 """
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -48,6 +49,8 @@ def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[kube_fa
             await server.serve()
         finally:
             controller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await controller
             await platform.close()
             await backend.close()
             await http.aclose()
@@ -77,6 +80,8 @@ def test_the_sdk_cycle_on_workspace_sandboxes(gateway: kube_fake.Cluster) -> Non
     sandbox = Sandbox.create(envs={"GREETING": "hello"}, metadata={"who": "sdk"})
     sandbox_id = sandbox.sandbox_id
     assert (PLURAL, "team-a", sandbox_id) in gateway.objects
+    # The env vars are on the XR, for a resume, but sealed: not in clear text.
+    assert "hello" not in str(gateway.objects[PLURAL, "team-a", sandbox_id])
     assert sandbox.commands.run("echo $GREETING").stdout == "hello\n"
     sandbox.files.write("kept.txt", "kept")
     assert [s.sandbox_id for s in Sandbox.list().next_items()] == [sandbox_id]
