@@ -17,6 +17,8 @@ def open_cluster(args: argparse.Namespace) -> tuple[KubernetesBackend, Keys]:
     """Everything `--kubernetes` needs, or one line saying what is missing."""
     if args.templates is None or args.token_seed_file is None:
         sys.exit("workspace-sandbox-gateway: --kubernetes needs --templates and --token-seed-file")
+    if args.token_audience and args.auth != "kubernetes-tokens":
+        sys.exit("workspace-sandbox-gateway: --token-audience goes with --auth kubernetes-tokens")
     if not 0 < args.agent_port < 65536:  # noqa: PLR2004
         sys.exit("workspace-sandbox-gateway: --agent-port must be a port number")
     try:
@@ -35,7 +37,5 @@ def open_cluster(args: argparse.Namespace) -> tuple[KubernetesBackend, Keys]:
             client.AuthenticationV1Api(api), client.AuthorizationV1Api(api), audiences=audiences
         )
         return backend, reviews
-    if args.token_audience:
-        sys.exit("workspace-sandbox-gateway: --token-audience goes with --auth kubernetes-tokens")
     keys = SecretKeys(client.CoreV1Api(api), cluster.gateway_namespace(args.gateway_namespace))
     return backend, keys
