@@ -7,13 +7,18 @@ tokens and grants each test sets; the stand-in platform runs a real agent per sa
 import asyncio
 import contextlib
 import gc
-from collections.abc import AsyncIterator
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import uvicorn
+from e2b import Sandbox
+from e2b.exceptions import AuthenticationException, RateLimitException, SandboxException
 from kubernetes import client, config
 from workspace_gateway.app import build_app
 from workspace_gateway.control import Control
@@ -22,7 +27,7 @@ from workspace_gateway.kubernetes_backend import PLURAL, KubernetesBackend, Sett
 from workspace_gateway.tokens import Cache, TokenReviews, User, namespace_for
 
 from tests.gateway import kube_fake
-from tests.gateway.test_kubernetes_backend import BASE, SEED, Platform
+from tests.gateway.test_kubernetes_backend import BASE, SEED, Platform, free_port
 
 # ruff: noqa: S105  # made-up tokens the fake cluster knows
 TOKEN_A = "eyJhbGciOiJSUzI1NiJ9.team-a-token.signature"
@@ -339,3 +344,61 @@ def test_the_namespace_of_a_call(username: str, named: str | None, expected: str
         assert caught.value.status == 400
     else:
         assert namespace_for(User(username), named) == expected
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[kube_fake.Cluster, str]]:
+    """The gateway with token reviews on a loopback port, for the SDK; no platform needed."""
+    port = free_port()
+    servers: list[uvicorn.Server] = []
+
+    async def serve(kubeconfig: Path) -> None:
+        api = config.new_client_from_config(config_file=str(kubeconfig))
+        settings = Settings(templates={"base": BASE}, seed=SEED, ready_seconds=5)
+        backend = KubernetesBackend(client.CustomObjectsApi(api), settings, httpx.AsyncClient())
+        reviews = TokenReviews(client.AuthenticationV1Api(api), client.AuthorizationV1Api(api))
+        async with httpx.AsyncClient() as upstream:
+            app = build_app(backend, upstream, keys=reviews, domain="e2b.localhost")
+            server = uvicorn.Server(
+                uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_level="error")
+            )
+            servers.append(server)
+            await server.serve()
+        await backend.close()
+        api.close()
+
+    with kube_fake.serve() as (cluster, url):
+        cluster.authority.tokens[TOKEN_A] = {"username": SA_A}
+        kubeconfig = kube_fake.kubeconfig(url, tmp_path)
+        thread = threading.Thread(target=lambda: asyncio.run(serve(kubeconfig)))
+        thread.start()
+        deadline = time.monotonic() + 15
+        while not (servers and servers[0].started):
+            assert time.monotonic() < deadline, "the gateway did not start"
+            time.sleep(0.05)
+        try:
+            yield cluster, f"http://127.0.0.1:{port}"
+        finally:
+            servers[0].should_exit = True
+            thread.join(timeout=30)
+
+
+def test_the_unmodified_sdk_carries_a_token_as_its_api_key(
+    served: tuple[kube_fake.Cluster, str],
+) -> None:
+    cluster, url = served
+    given = {"api_url": url, "sandbox_url": url}
+    cluster.authority.grants |= {(SA_A, "team-a", "list"), (SA_A, "team-a", "create")}
+    assert Sandbox.list(api_key=TOKEN_A, **given).next_items() == []
+    with pytest.raises(AuthenticationException):
+        Sandbox.list(api_key="eyJ.not-a-token-anyone-knows", **given).next_items()
+    with pytest.raises(SandboxException, match=r"403: .* may not list workspacesandboxes"):
+        Sandbox.list(
+            api_key=TOKEN_A, api_headers={"X-Sandbox-Namespace": "team-b"}, **given
+        ).next_items()
+
+    # The namespace's ResourceQuota used up: E2B's 429, the SDK's RateLimitException.
+    cluster.authority.refusals[PLURAL] = kube_fake.quota_exceeded(PLURAL)
+    with pytest.raises(RateLimitException, match="sandbox quota is used up"):
+        Sandbox.create(api_key=TOKEN_A, **given)
+    assert cluster.written == []
