@@ -18,6 +18,7 @@ from workspace_gateway.backend import Backend, State
 from workspace_gateway.control import Control
 from workspace_gateway.errors import GatewayError
 from workspace_gateway.keys import Keys
+from workspace_gateway.tokens import NAMESPACE_HEADER
 
 log = logging.getLogger("workspace_gateway")
 
@@ -51,6 +52,15 @@ def route(headers: dict[str, str], domain: str) -> Target | None:
     return None
 
 
+def credential(scope: Scope) -> str | None:
+    """The API key or token: `X-API-Key` (all the SDK sends), else `Authorization: Bearer`."""
+    given = header(scope, "x-api-key")
+    if given is not None:
+        return given
+    scheme, _, token = (header(scope, "authorization") or "").partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
+
+
 def build_app(backend: Backend, http: httpx.AsyncClient, *, keys: Keys, domain: str) -> ASGIApp:
     control = Control(backend, domain)
 
@@ -82,10 +92,11 @@ def build_app(backend: Backend, http: httpx.AsyncClient, *, keys: Keys, domain: 
 async def _control(  # noqa: PLR0917
     control: Control, keys: Keys, entry: audit.Entry, scope: Scope, receive: Receive, send: Send
 ) -> None:
-    principal = await keys.principal(header(scope, "x-api-key"))
+    principal = await keys.principal(credential(scope), namespace=header(scope, NAMESPACE_HEADER))
     if principal is None:
         raise UNAUTHORIZED
     entry.key_id, entry.namespace = principal.key_id, principal.namespace
+    await keys.authorize(principal, entry.route)
     body = b""
     while True:
         message = await receive()

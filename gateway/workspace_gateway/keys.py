@@ -82,17 +82,34 @@ def match(given: str | None, table: Mapping[str, KeyRecord]) -> Principal | None
 
 
 class Keys(Protocol):
-    async def principal(self, given: str | None) -> Principal | None: ...
+    """How callers are known: API keys here, Kubernetes tokens in `tokens`."""
+
+    async def principal(self, given: str | None, namespace: str | None = None) -> Principal | None:
+        """Who presents `given`; `namespace` is one the caller names, which a key ignores."""
+
+    async def authorize(self, principal: Principal, route: str) -> None:
+        """Raise 403 unless the principal may call this route (`Control.resolve`'s name)."""
 
 
-class StaticKeys:
+class BoundKeys:
+    """A key may do anything with sandboxes in the one namespace it is bound to."""
+
+    async def authorize(self, principal: Principal, route: str) -> None:
+        pass
+
+
+class StaticKeys(BoundKeys):
     """The keys of `--local`: fixed at start, in memory."""
 
     def __init__(self, keys: Mapping[str, str]) -> None:
         """`keys` maps each key to its namespace."""
         self.table = {digest(k): KeyRecord(key_id_of(digest(k)), ns, "") for k, ns in keys.items()}
 
-    async def principal(self, given: str | None) -> Principal | None:
+    async def principal(
+        self,
+        given: str | None,
+        namespace: str | None = None,  # noqa: ARG002  # a key acts in its own namespace only
+    ) -> Principal | None:
         return match(given, self.table)
 
 
@@ -118,7 +135,7 @@ def record_of(secret: Any) -> tuple[str, KeyRecord] | None:
     return key_hash, KeyRecord(key_id_of(key_hash), namespace, _decode(secret.data, "created"))
 
 
-class SecretKeys:
+class SecretKeys(BoundKeys):
     """Keys as Secrets in the gateway's namespace, through the official client's CoreV1Api.
 
     Lookups read all key Secrets at most once per `cache_seconds`, whatever callers present,
@@ -134,7 +151,11 @@ class SecretKeys:
         self._read_at = float("-inf")
         self._lock = asyncio.Lock()
 
-    async def principal(self, given: str | None) -> Principal | None:
+    async def principal(
+        self,
+        given: str | None,
+        namespace: str | None = None,  # noqa: ARG002  # a key acts in its own namespace only
+    ) -> Principal | None:
         if given is None or not KEY.fullmatch(given):
             return None
         async with self._lock:

@@ -17,6 +17,7 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import secrets
 import string
 from collections.abc import Callable, Mapping
@@ -52,6 +53,8 @@ MERGE_PATCH = "application/merge-patch+json"
 UPDATE_ATTEMPTS = 5
 MAX_MESSAGE = 500
 PAUSED_PHASES = frozenset({"Suspending", "Suspended"})
+# RBAC's wording: `... is forbidden: User "x" cannot create resource "y" in API group ...`.
+RBAC_REFUSAL = re.compile(r'\bUser "[^"]*" cannot [a-z]+ resource\b')
 
 log = logging.getLogger("workspace_gateway")
 T = TypeVar("T")
@@ -66,6 +69,23 @@ def refusal(e: ApiException) -> str:
     with contextlib.suppress(ValueError, TypeError, AttributeError):
         return str(json.loads(e.body)["message"])[:MAX_MESSAGE]
     return str(e.reason)
+
+
+def forbidden(e: ApiException) -> GatewayError:
+    """The API server's 403, as the caller should see it.
+
+    A ResourceQuota is the tenant's concurrent-sandbox limit: 429, as E2B answers at its limit,
+    so the SDK raises `RateLimitException`. An admission policy or webhook refusing the object
+    is the tenant's to read: 403 with its message. RBAC refusing the gateway itself is the
+    operator's problem, logged, and never tells the caller the gateway's identity.
+    """
+    message = refusal(e)
+    if "exceeded quota" in message:
+        return GatewayError(429, f"the namespace's sandbox quota is used up: {message}")
+    if RBAC_REFUSAL.search(message):
+        log.error("the cluster refused the gateway: %s", message)
+        return GatewayError(500, "the gateway may not do that in this namespace")
+    return GatewayError(403, f"the platform refused the sandbox: {message}")
 
 
 def is_id(text: str) -> bool:
@@ -425,8 +445,7 @@ class KubernetesBackend:
                 # The API server or the platform's admission refused what the caller asked for.
                 raise GatewayError(400, f"the platform refused the sandbox: {refusal(e)}") from None
             if e.status == 403:  # noqa: PLR2004
-                log.error("the cluster refused the gateway: %s", e.reason)
-                raise GatewayError(500, "the gateway may not do that in this namespace") from None
+                raise forbidden(e) from None
             log.error("the cluster answered %s: %s", e.status, e.reason)
             raise GatewayError(502, "the cluster did not answer as expected") from None
         except Exception:

@@ -8,14 +8,17 @@ from kubernetes import client
 from kubernetes.config.config_exception import ConfigException
 
 from workspace_gateway import cluster, templates
-from workspace_gateway.keys import SecretKeys
+from workspace_gateway.keys import Keys, SecretKeys
 from workspace_gateway.kubernetes_backend import KubernetesBackend, Settings
+from workspace_gateway.tokens import TokenReviews
 
 
-def open_cluster(args: argparse.Namespace) -> tuple[KubernetesBackend, SecretKeys]:
+def open_cluster(args: argparse.Namespace) -> tuple[KubernetesBackend, Keys]:
     """Everything `--kubernetes` needs, or one line saying what is missing."""
     if args.templates is None or args.token_seed_file is None:
         sys.exit("workspace-sandbox-gateway: --kubernetes needs --templates and --token-seed-file")
+    if args.token_audience and args.auth != "kubernetes-tokens":
+        sys.exit("workspace-sandbox-gateway: --token-audience goes with --auth kubernetes-tokens")
     if not 0 < args.agent_port < 65536:  # noqa: PLR2004
         sys.exit("workspace-sandbox-gateway: --agent-port must be a port number")
     try:
@@ -28,5 +31,11 @@ def open_cluster(args: argparse.Namespace) -> tuple[KubernetesBackend, SecretKey
     backend = KubernetesBackend(
         client.CustomObjectsApi(api), settings, httpx.AsyncClient(trust_env=False)
     )
+    if args.auth == "kubernetes-tokens":
+        audiences = tuple(args.token_audience)
+        reviews = TokenReviews(
+            client.AuthenticationV1Api(api), client.AuthorizationV1Api(api), audiences=audiences
+        )
+        return backend, reviews
     keys = SecretKeys(client.CoreV1Api(api), cluster.gateway_namespace(args.gateway_namespace))
     return backend, keys

@@ -90,6 +90,20 @@ def parser() -> argparse.ArgumentParser:
         "--agent-port", type=int, default=49983, help="SandboxPlatform gateway.agentPort"
     )
     cluster.add_argument("--gateway-namespace", help="where the key Secrets are")
+    cluster.add_argument(
+        "--auth",
+        choices=["api-keys", "kubernetes-tokens"],
+        default="api-keys",
+        help="how callers are known: API keys (Secrets, the default), or ServiceAccount/OIDC "
+        "tokens checked with TokenReview and SubjectAccessReview",
+    )
+    cluster.add_argument(
+        "--token-audience",
+        action="append",
+        default=[],
+        metavar="AUDIENCE",
+        help="with kubernetes-tokens: accept only tokens for this audience (repeatable)",
+    )
     cluster.add_argument("--kubeconfig", help="default: KUBECONFIG, ~/.kube, else in-cluster")
     cluster.add_argument("--context", help="the kubeconfig context")
     p.add_argument(
@@ -171,9 +185,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.kubernetes:
         from workspace_gateway import kubernetes_main  # noqa: PLC0415
 
-        backend, secret_keys = kubernetes_main.open_cluster(args)
-        asyncio.run(serve(backend, args, secret_keys))
+        backend, cluster_keys = kubernetes_main.open_cluster(args)
+        asyncio.run(serve(backend, args, cluster_keys))
         return
+    if args.auth != "api-keys" or args.token_audience:
+        sys.exit("workspace-sandbox-gateway: --local takes API keys only (--api-key)")
     agent = find_agent()
     if agent is None:
         sys.exit(f"workspace-sandbox-gateway: {AGENT} is neither beside Python nor on PATH")

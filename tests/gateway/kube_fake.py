@@ -14,6 +14,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,7 @@ class Cluster:
         self.versions = itertools.count(1)
         self.written: list[dict[str, Any]] = []
         """Every object as created or patched, for schema checks."""
+        self.authority = Authority()
 
     def put(self, key: Key, obj: dict[str, Any]) -> dict[str, Any]:
         obj.setdefault("metadata", {})["resourceVersion"] = str(next(self.versions))
@@ -101,6 +103,9 @@ def answer(
 ) -> Answer:
     """The fake API server's one entry: a request in, (status, JSON body) out."""
     path, _, query = url.partition("?")
+    judged = authority(cluster.authority, method, path, body)
+    if judged is not None:
+        return judged
     selector = (parse_qs(query).get("labelSelector") or [""])[0]
     found = NAMESPACED.fullmatch(path)
     if found is None:
@@ -169,6 +174,91 @@ def patched(cluster: Cluster, key: Key, body: Callable[[], Any], content_type: s
         return refused
     cluster.written.append(copy.deepcopy(obj))
     return 200, cluster.put(key, obj)
+
+
+# --- Authentication, authorization and admission: TokenReview, SubjectAccessReview, refusals.
+
+TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"  # noqa: S105  # a path
+ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+DEFAULT_AUDIENCES = ("https://kubernetes.default.svc",)
+
+
+@dataclass
+class Authority:
+    """What the API server knows of who is who and who may do what, as a test sets it.
+
+    `tokens` maps a token to its user (`username`, and optionally `uid`, `groups`, `extra`,
+    `audiences`); `grants` holds (subject, namespace, verb) on workspacesandboxes, a subject
+    being a username or `group:<name>`; `refusals` maps a resource (plural) to the answer
+    every create of it gets, as a ResourceQuota or an admission webhook would give. Every
+    review received is kept, in order.
+    """
+
+    tokens: dict[str, dict[str, Any]] = field(default_factory=dict)
+    grants: set[tuple[str, str, str]] = field(default_factory=set)
+    refusals: dict[str, Answer] = field(default_factory=dict)
+    token_reviews: list[dict[str, Any]] = field(default_factory=list)
+    access_reviews: list[dict[str, Any]] = field(default_factory=list)
+
+
+def authority(judge: Authority, method: str, path: str, body: Callable[[], Any]) -> Answer | None:
+    """The answer to a review or a refused create; None for anything else."""
+    if method == "POST" and path == TOKEN_REVIEWS:
+        return token_review(judge, body())
+    if method == "POST" and path == ACCESS_REVIEWS:
+        return access_review(judge, body())
+    found = NAMESPACED.fullmatch(path)
+    if method == "POST" and found and found["name"] is None and found["plural"] in judge.refusals:
+        return judge.refusals[found["plural"]]
+    return None
+
+
+def token_review(judge: Authority, review: dict[str, Any]) -> Answer:
+    judge.token_reviews.append(review)
+    spec = review.get("spec") or {}
+    user = judge.tokens.get(spec.get("token", ""))
+    wanted = spec.get("audiences") or []
+    status: dict[str, Any] = {"user": {}, "error": "invalid bearer token"}
+    if user is not None:
+        audiences = user.get("audiences", DEFAULT_AUDIENCES)
+        granted = [a for a in audiences if a in wanted] if wanted else list(audiences)
+        if granted:
+            info = {k: user[k] for k in ("username", "uid", "groups", "extra") if k in user}
+            status = {"authenticated": True, "user": info, "audiences": granted}
+        else:
+            status = {"user": {}, "error": "token audiences are invalid for the target audiences"}
+    reply = {"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1", "metadata": {}}
+    return 201, {**reply, "spec": spec, "status": status}
+
+
+def access_review(judge: Authority, review: dict[str, Any]) -> Answer:
+    judge.access_reviews.append(review)
+    spec = review.get("spec") or {}
+    wanted = spec.get("resourceAttributes") or {}
+    subjects = [spec.get("user", "")] + [f"group:{g}" for g in spec.get("groups") or []]
+    allowed = (
+        wanted.get("group") == "sandbox.cozystack.io"
+        and wanted.get("resource") == "workspacesandboxes"
+        and any((s, wanted.get("namespace"), wanted.get("verb")) in judge.grants for s in subjects)
+    )
+    reply = {"kind": "SubjectAccessReview", "apiVersion": "authorization.k8s.io/v1"}
+    return 201, {**reply, "metadata": {}, "spec": spec, "status": {"allowed": allowed}}
+
+
+def quota_exceeded(plural: str) -> Answer:
+    message = (
+        f'{plural}.sandbox.cozystack.io "x" is forbidden: exceeded quota: sandboxes, '
+        f"requested: count/{plural}.sandbox.cozystack.io=1, "
+        f"used: count/{plural}.sandbox.cozystack.io=2, limited: count/{plural}.sandbox.cozystack.io=2"
+    )
+    return status(403, "Forbidden", message)
+
+
+def admission_denied(message: str, code: int = 403) -> Answer:
+    return status(code, "Forbidden" if code == 403 else "BadRequest", message)
+
+
+# --- The HTTP server.
 
 
 def handler(cluster: Cluster) -> type[BaseHTTPRequestHandler]:

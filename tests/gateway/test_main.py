@@ -9,6 +9,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from workspace_gateway.keys import SecretKeys
+from workspace_gateway.kubernetes_main import open_cluster
+from workspace_gateway.main import parser
+from workspace_gateway.tokens import TokenReviews
+
+from tests.gateway import kube_fake
 
 GATEWAY = Path(sys.executable).with_name("workspace-sandbox-gateway")
 
@@ -73,6 +79,18 @@ def test_without_a_key_one_is_made_printed_and_required() -> None:
         (["--local", "--address", "nowhere"], "'nowhere' is not HOST:PORT"),
         (["--local", "--address", "127.0.0.1:1", "--api-key", "sk-123"], "an API key is e2b_"),
         (["--local", "--address", "127.0.0.1:1", "--domain", "a..b"], "'a..b' is not a domain"),
+        (
+            ["--local", "--address", "127.0.0.1:1", "--auth", "kubernetes-tokens"],
+            "--local takes API keys only",
+        ),
+        (["--local", "--address", "127.0.0.1:1", "--auth", "oidc"], "invalid choice: 'oidc'"),
+        (
+            [
+                *("--kubernetes", "--address", "127.0.0.1:1", "--token-audience", "a"),
+                *("--templates", "/nonexistent", "--token-seed-file", "/nonexistent"),
+            ],
+            "--token-audience goes with --auth kubernetes-tokens",
+        ),
     ],
 )
 def test_bad_arguments_are_one_line(args: list[str], message: str) -> None:
@@ -80,3 +98,26 @@ def test_bad_arguments_are_one_line(args: list[str], message: str) -> None:
     assert done.returncode != 0
     assert message in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("auth", "kind"), [([], SecretKeys), (["--auth", "kubernetes-tokens"], TokenReviews)]
+)
+def test_the_cluster_s_callers_are_known_by_keys_unless_tokens_are_asked_for(
+    tmp_path: Path, auth: list[str], kind: type
+) -> None:
+    (tmp_path / "templates.yaml").write_text("templates: {base: {image: ubuntu-24.04}}\n")
+    (tmp_path / "seed").write_text("s" * 32)
+    kubeconfig = kube_fake.kubeconfig("http://127.0.0.1:1", tmp_path)
+    args = parser().parse_args(
+        [
+            *("--kubernetes", "--address", "127.0.0.1:1", "--kubeconfig", str(kubeconfig)),
+            *("--templates", str(tmp_path / "templates.yaml")),
+            *("--token-seed-file", str(tmp_path / "seed"), *auth),
+            *(["--token-audience", "sandboxes"] if auth else []),
+        ]
+    )
+    _, keys = open_cluster(args)
+    assert type(keys) is kind
+    if isinstance(keys, TokenReviews):
+        assert keys.audiences == ("sandboxes",)
