@@ -4,6 +4,7 @@ import ast
 import copy
 import importlib
 import inspect
+import os
 import pkgutil
 import re
 import shutil
@@ -38,9 +39,7 @@ def documents() -> tuple[dict[str, Any], ...]:
 
 
 def find(kind: str, name: str | None = None) -> dict[str, Any]:
-    (doc,) = (
-        d for d in documents() if d["kind"] == kind and name in (None, d["metadata"]["name"])
-    )
+    (doc,) = (d for d in documents() if d["kind"] == kind and name in (None, d["metadata"]["name"]))
     return doc
 
 
@@ -118,7 +117,7 @@ def test_the_schemas_refuse_a_broken_object(
 ) -> None:
     """The validation above can fail: one wrong field in each family of schema is caught."""
     doc = copy.deepcopy(find(kind))
-    parent = doc
+    parent: Any = doc
     for step in path[:-1]:
         parent = parent[step]
     if value is None:
@@ -153,7 +152,9 @@ def test_kustomization_builds_to_the_manifests() -> None:
 def test_every_namespaced_object_is_in_the_gateway_namespace() -> None:
     cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
     namespaces = {
-        d["kind"]: d["metadata"].get("namespace") for d in documents() if d["kind"] not in cluster_scoped
+        d["kind"]: d["metadata"].get("namespace")
+        for d in documents()
+        if d["kind"] not in cluster_scoped
     }
     assert set(namespaces.values()) == {PLATFORM.gateway.namespace}
     assert find("Namespace")["metadata"]["name"] == PLATFORM.gateway.namespace
@@ -174,7 +175,7 @@ def test_pods_carry_what_the_sandboxes_let_in() -> None:
 
 def test_two_replicas_on_different_nodes_and_a_disruption_budget() -> None:
     deployment = find("Deployment", "sandbox-gateway")
-    assert deployment["spec"]["replicas"] == 2  # noqa: PLR2004
+    assert deployment["spec"]["replicas"] == 2
     selector = deployment["spec"]["selector"]
     by_node = [
         c
@@ -268,12 +269,10 @@ def test_ports_agree() -> None:
     assert service_port["targetPort"] == port["containerPort"]
     assert flag("--address").rpartition(":")[2] == str(port["containerPort"])
     (rule,) = find("CiliumNetworkPolicy")["spec"]["ingress"]
-    assert rule["toPorts"] == [
-        {"ports": [{"port": str(port["containerPort"]), "protocol": "TCP"}]}
-    ]
-    assert find("Service")["spec"]["selector"] == find("Deployment")["spec"]["selector"][
-        "matchLabels"
-    ]
+    assert rule["toPorts"] == [{"ports": [{"port": str(port["containerPort"]), "protocol": "TCP"}]}]
+    assert (
+        find("Service")["spec"]["selector"] == find("Deployment")["spec"]["selector"]["matchLabels"]
+    )
     backends = [
         path["backend"]["service"]
         for rule in find("Ingress")["spec"]["rules"]
@@ -505,7 +504,11 @@ def granted() -> dict[Grant, set[str] | None]:
             "name": role["metadata"]["name"],
         }
         assert bound["subjects"] == [
-            {"kind": "ServiceAccount", "name": "sandbox-gateway", "namespace": PLATFORM.gateway.namespace}
+            {
+                "kind": "ServiceAccount",
+                "name": "sandbox-gateway",
+                "namespace": PLATFORM.gateway.namespace,
+            }
         ]
         for rule in role["rules"]:
             names = set(rule["resourceNames"]) if "resourceNames" in rule else None
@@ -603,7 +606,9 @@ def test_no_wildcards_and_the_account_talks_to_the_api_server() -> None:
     assert find("ServiceAccount")["automountServiceAccountToken"] is True
 
 
-def test_the_scan_catches_an_ungranted_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_scan_catches_an_ungranted_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A call added without a grant fails test_the_gateway_may_make_every_call_it_makes."""
     copied = tmp_path / "workspace_gateway"
     shutil.copytree(GATEWAY_CODE, copied)
@@ -638,3 +643,36 @@ def test_argo_cd_installs_the_gateway_folder_like_the_platform() -> None:
     assert gateway["spec"]["syncPolicy"]["automated"] == platform["spec"]["syncPolicy"]["automated"]
     assert (DEPLOY / "README.md").is_file()
     assert re.search(r"\(deploy/gateway/README\.md\)", (ROOT / "README.md").read_text())
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl for kustomize")
+def test_the_readmes_overlay_moves_every_name_to_the_new_domain(tmp_path: Path) -> None:
+    """The overlay README.md shows builds, and leaves no trace of the example domain."""
+    readme = (DEPLOY / "README.md").read_text()
+    (block,) = re.findall(r"```yaml\n(# overlays/prod/kustomization.yaml\n.*?)```", readme, re.S)
+    overlay = yaml.safe_load(block)
+    # kustomize takes a base outside the overlay only as a relative path.
+    overlay["resources"] = [os.path.relpath(DEPLOY, tmp_path)]
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+    run = subprocess.run(
+        [str(shutil.which("kubectl")), "kustomize", str(tmp_path)],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    out = run.stdout
+    built = [d for d in yaml.safe_load_all(out) if d]
+    assert "sandbox.example.com" not in out
+    assert "platform@example.com" not in out
+    (deployment,) = (d for d in built if d["kind"] == "Deployment")
+    (gateway,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = gateway["args"]
+    assert args[args.index("--domain") + 1] == "sbx.acme.example"
+    assert gateway["image"] == "registry.example.org/platform/workspace-sandbox-gateway:v0.1.0"
+    (ingress,) = (d for d in built if d["kind"] == "Ingress")
+    assert {r["host"] for r in ingress["spec"]["rules"]} == {
+        "api.sbx.acme.example",
+        "*.sbx.acme.example",
+    }
+    assert all(validate(d) == [] for d in built)
