@@ -676,3 +676,17 @@ def test_the_readmes_overlay_moves_every_name_to_the_new_domain(tmp_path: Path) 
         "*.sbx.acme.example",
     }
     assert all(validate(d) == [] for d in built)
+
+
+def test_the_image_runs_the_gateway_as_the_pods_user() -> None:
+    """gateway/Dockerfile builds what the Deployment runs: its user, port and entry point."""
+    dockerfile = (ROOT / "gateway" / "Dockerfile").read_text()
+    (user,) = re.findall(r"^USER (\d+):(\d+)$", dockerfile, re.M)
+    security = pod_spec()["securityContext"]
+    assert (int(user[0]), int(user[1])) == (security["runAsUser"], security["runAsGroup"])
+    assert re.search(r"^EXPOSE (\d+)$", dockerfile, re.M)[1] == str(  # type: ignore[index]
+        container()["ports"][0]["containerPort"]
+    )
+    (entry,) = re.findall(r'^ENTRYPOINT \["([^"]+)"\]$', dockerfile, re.M)
+    assert Path(entry).name == "workspace-sandbox-gateway"
+    assert "command" not in container()
