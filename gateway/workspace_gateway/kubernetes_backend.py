@@ -349,17 +349,16 @@ class KubernetesBackend:
     async def _ready(self, namespace: str, sandbox_id: str) -> Sandbox:
         """Wait for the platform to run it and its agent to answer, then `/init` it.
 
-        The object's changes come from the watch; the API server is asked only when the cache
-        has none of it yet before the first list, after RECHECK_SECONDS without an event, or
-        to confirm a deletion. Only the agent is polled, every HEALTH_SECONDS while it boots.
+        The object's changes come from the watch; the API server is asked only after
+        RECHECK_SECONDS without an event (a watch cut off, or not yet listed), or to confirm a
+        deletion. Only the agent is polled, every HEALTH_SECONDS while it boots.
         """
         self.start()
         loop = asyncio.get_running_loop()
         key = (namespace, sandbox_id)
         deadline = loop.time() + self.settings.ready_seconds
-        obj = self.cache.get(key)
-        known = obj is not None or self.cache.synced.is_set()
-        stale_at = loop.time() + (RECHECK_SECONDS if known else 0.0)
+        obj = self.cache.get(key)  # the watch's first list, too, wakes `change`
+        stale_at = loop.time() + RECHECK_SECONDS
         while (now := loop.time()) < deadline:
             url = agent_url(obj, self.settings.agent_port) if obj is not None else None
             if obj is not None and url is not None:

@@ -223,7 +223,7 @@ class History:
 
     `compact` forgets everything so far, as etcd's compaction does, so that a watch resumed
     from an older version is answered 410 Gone; `drop` ends every open watch, as a restarting
-    API server does.
+    API server does, and while `refusing` new watches are answered 503.
     """
 
     def __init__(self) -> None:
@@ -231,6 +231,7 @@ class History:
         self.oldest = 0
         self.drops = 0
         self.closed = False
+        self.refusing = False
         self.changed = threading.Condition()
         self.watches: list[dict[str, str]] = []
         """The query of every watch opened."""
@@ -283,6 +284,9 @@ def watch_stream(cluster: Cluster, request: BaseHTTPRequestHandler, path: str, q
         request.send_error(404)
         return
     namespace = None if every else found["ns"]
+    if history.refusing:
+        refuse(request)
+        return
 
     def wanted(key: Key, obj: dict[str, Any]) -> bool:
         return (
@@ -291,13 +295,7 @@ def watch_stream(cluster: Cluster, request: BaseHTTPRequestHandler, path: str, q
             and selected(obj, params.get("labelSelector", ""))
         )
 
-    request.protocol_version = "HTTP/1.1"
-    request.send_response(200)
-    request.send_header("Content-Type", "application/json")
-    request.send_header("Transfer-Encoding", "chunked")
-    request.send_header("Connection", "close")
-    request.end_headers()
-    request.close_connection = True
+    open_stream(request)
     deadline = time.monotonic() + float(params.get("timeoutSeconds") or 1800)
     with history.changed:
         drops = history.drops
@@ -341,6 +339,25 @@ def watch_stream(cluster: Cluster, request: BaseHTTPRequestHandler, path: str, q
         send_chunk(request, b"")
     except OSError:
         pass  # the client went away
+
+
+def refuse(request: BaseHTTPRequestHandler) -> None:
+    data = json.dumps(status(503, "ServiceUnavailable", "not now")[1]).encode()
+    request.send_response(503)
+    request.send_header("Content-Type", "application/json")
+    request.send_header("Content-Length", str(len(data)))
+    request.end_headers()
+    request.wfile.write(data)
+
+
+def open_stream(request: BaseHTTPRequestHandler) -> None:
+    request.protocol_version = "HTTP/1.1"  # chunked needs it; this connection closes after
+    request.send_response(200)
+    request.send_header("Content-Type", "application/json")
+    request.send_header("Transfer-Encoding", "chunked")
+    request.send_header("Connection", "close")
+    request.end_headers()
+    request.close_connection = True
 
 
 def send_chunk(request: BaseHTTPRequestHandler, data: bytes) -> None:
