@@ -9,10 +9,16 @@ A replica keeps nothing another one needs. An auto-pause sandbox also carries it
 The agent's access token is derived, never stored: HMAC-SHA256 of the namespace and sandbox ID
 under a seed only the gateway holds. The namespace is part of it, so a sandbox of the same name
 made by hand in another namespace has another token (see `Backend.locate`).
+
+Each replica watches the gateway's sandboxes in every namespace (`sandbox_cache`): the data
+plane finds a sandbox in that cache, and create and connect wait on its changes rather than
+polling the API server. The cache only saves requests: every answer that matters is also
+reachable by a direct call when it misses or falls silent.
 """
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import hmac
 import json
@@ -20,7 +26,7 @@ import logging
 import re
 import secrets
 import string
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -31,6 +37,7 @@ from kubernetes.client.exceptions import ApiException
 from workspace_gateway import sealed
 from workspace_gateway.backend import NewSandbox, Sandbox, State, choose
 from workspace_gateway.errors import GatewayError, not_found
+from workspace_gateway.sandbox_cache import Allowance, Cache, Watcher
 from workspace_gateway.templates import Template
 
 GROUP = "sandbox.cozystack.io"
@@ -48,7 +55,10 @@ ID_LENGTH = 20
 AGENT_PORT = 49983
 WORKDIR = "/workspace"
 READY_SECONDS = 300.0
-POLL_SECONDS = 0.5
+HEALTH_SECONDS = 0.25  # between two `/health` calls while an agent boots
+RECHECK_SECONDS = 5.0  # the API server is asked after this long without a watch event
+SYNC_SECONDS = 5.0  # how long `locate` waits for the watch's first list
+FALLBACK_PER_SECOND, FALLBACK_BURST = 5.0, 10  # `locate`'s direct lists on a cache miss
 MERGE_PATCH = "application/merge-patch+json"
 UPDATE_ATTEMPTS = 5
 MAX_MESSAGE = 500
@@ -221,6 +231,22 @@ class KubernetesBackend:
         self.custom = custom
         self.settings = settings
         self.http = http
+        self.cache = Cache(ours)
+        self.watcher: Watcher | None = None
+        self.fallbacks: Allowance | None = None
+        self.closed = False
+
+    def start(self) -> None:
+        """Start watching, on the running loop; the first call that needs the cache does."""
+        if self.watcher is not None or self.closed:
+            return
+        loop = asyncio.get_running_loop()
+        listing = functools.partial(
+            self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL, label_selector=ID_LABEL
+        )
+        self.fallbacks = Allowance(FALLBACK_PER_SECOND, FALLBACK_BURST, loop.time())
+        self.watcher = Watcher(listing, self.cache, loop)
+        self.watcher.start()
 
     def templates(self) -> frozenset[str]:
         return frozenset(self.settings.templates)
@@ -298,8 +324,27 @@ class KubernetesBackend:
         await self._update(namespace, sandbox_id, change)
 
     async def locate(self, sandbox_id: str, access_token: str | None) -> Sandbox | None:
+        """From the watch's cache; on a miss, one direct list, within an allowance.
+
+        A miss is routine for a sandbox another replica made a moment ago, so it is asked of
+        the API server, whose answer is the truth. Misses are also what made-up IDs cause, so
+        those lists draw on a token bucket (FALLBACK_BURST at once, FALLBACK_PER_SECOND after):
+        past it a miss is answered as unknown, and a flood of made-up IDs costs the cluster at
+        most that many lists a second per replica, whatever their number.
+        """
         if not is_id(sandbox_id):
             return None  # a header's text never reaches a label selector
+        self.start()
+        if not self.cache.synced.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.cache.synced.wait(), SYNC_SECONDS)
+        found: Sequence[dict[str, Any]] = self.cache.named(sandbox_id)
+        now = asyncio.get_running_loop().time()
+        if not found and self.fallbacks is not None and self.fallbacks.take(now):
+            found = await self._listed(sandbox_id)
+        return choose([sandbox_of(o, self.settings) for o in found], access_token)
+
+    async def _listed(self, sandbox_id: str) -> tuple[dict[str, Any], ...]:
         listed = await self._call(
             self.custom.list_cluster_custom_object,
             GROUP,
@@ -307,12 +352,8 @@ class KubernetesBackend:
             PLURAL,
             label_selector=f"{ID_LABEL}={sandbox_id}",
         )
-        found = [
-            sandbox_of(o, self.settings)
-            for o in listed.get("items", [])
-            if ours(o) and o["metadata"]["name"] == sandbox_id
-        ]
-        return choose(found, access_token)
+        items = listed.get("items", [])
+        return tuple(o for o in items if ours(o) and o["metadata"]["name"] == sandbox_id)
 
     async def reap(self, now: datetime) -> None:
         """Kill running sandboxes past their end time; the platform pauses auto-pause ones.
@@ -330,21 +371,42 @@ class KubernetesBackend:
                     await self._delete(sandbox.namespace, sandbox.sandbox_id)
 
     async def close(self) -> None:
+        self.closed = True
+        if self.watcher is not None:
+            await self.watcher.stop()
         await self.http.aclose()
 
     async def _ready(self, namespace: str, sandbox_id: str) -> Sandbox:
-        """Wait for the platform to run it and its agent to answer, then `/init` it."""
+        """Wait for the platform to run it and its agent to answer, then `/init` it.
+
+        The object's changes come from the watch; the API server is asked only after
+        RECHECK_SECONDS without an event (a watch cut off, or not yet listed), or to confirm a
+        deletion. Only the agent is polled, every HEALTH_SECONDS while it boots.
+        """
+        self.start()
         loop = asyncio.get_running_loop()
+        key = (namespace, sandbox_id)
         deadline = loop.time() + self.settings.ready_seconds
-        while loop.time() < deadline:
-            obj = await self._get(namespace, sandbox_id)
-            url = agent_url(obj, self.settings.agent_port)
-            if url is not None:
+        obj = self.cache.get(key)  # the watch's first list, too, wakes `change`
+        stale_at = loop.time() + RECHECK_SECONDS
+        while (now := loop.time()) < deadline:
+            url = agent_url(obj, self.settings.agent_port) if obj is not None else None
+            if obj is not None and url is not None:
                 version = await self._health(url)
                 if version is not None:
                     await self._init(obj, url)
                     return sandbox_of(obj, self.settings, version)
-            await asyncio.sleep(POLL_SECONDS)
+                now = loop.time()
+            if now >= stale_at:
+                obj = await self._get(namespace, sandbox_id)
+                stale_at = loop.time() + RECHECK_SECONDS
+                continue
+            wait = min(stale_at, deadline) - now
+            if url is not None:
+                wait = min(wait, HEALTH_SECONDS)
+            if await self.cache.change(key, wait):
+                obj = self.cache.get(key) or await self._get(namespace, sandbox_id)
+                stale_at = loop.time() + RECHECK_SECONDS
         seconds = self.settings.ready_seconds
         raise GatewayError(504, f"sandbox {sandbox_id!r} was not ready within {seconds:.0f} s")
 

@@ -2,7 +2,8 @@
 
 Secrets and namespaced custom objects: get, list (by namespace or across all, with equality and
 existence label selectors), create (409 when the name is taken), merge-patch and delete, each
-object with a resourceVersion that every write moves on. Anything else answers 404 or 405, so
+object with a resourceVersion that every write moves on, and watches of a collection (see
+`watch_stream`). Anything else answers 404 or 405, so
 a call the gateway makes that a real API server would serve differently shows up as a failure.
 The real `kubernetes` client talks to it through a kubeconfig written by `kubeconfig`.
 """
@@ -12,6 +13,7 @@ import itertools
 import json
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -65,10 +67,21 @@ class Cluster:
         self.written: list[dict[str, Any]] = []
         """Every object as created or patched, for schema checks."""
         self.authority = Authority()
+        self.history = History()
+        """What watches send."""
 
     def put(self, key: Key, obj: dict[str, Any]) -> dict[str, Any]:
         obj.setdefault("metadata", {})["resourceVersion"] = str(next(self.versions))
+        kind = "MODIFIED" if key in self.objects else "ADDED"
         self.objects[key] = obj
+        self.history.record(key, kind, obj)
+        return obj
+
+    def remove(self, key: Key) -> dict[str, Any]:
+        """Delete, as the API server does: the last state under a new resourceVersion."""
+        obj = self.objects.pop(key)
+        obj["metadata"]["resourceVersion"] = str(next(self.versions))
+        self.history.record(key, "DELETED", obj)
         return obj
 
     def update(self, key: Key, change: Callable[[dict[str, Any]], None]) -> None:
@@ -113,7 +126,7 @@ def answer(
         if every is None or method != "GET":
             return status(404, "NotFound", f"no route {path}")
         items = [o for o in cluster.resource(every["plural"]) if selected(o, selector)]
-        return 200, {"kind": "List", "metadata": {}, "items": items}
+        return 200, {"kind": "List", "metadata": listed_version(cluster), "items": items}
     plural, ns, name = found["plural"], found["ns"], found["name"]
     if name is None:
         return collection(cluster, method, (plural, ns, ""), selector, body)
@@ -130,7 +143,7 @@ def collection(
             for (r, n, _), o in cluster.objects.items()
             if r == plural and n == ns and selected(o, selector)
         ]
-        return 200, {"kind": "List", "metadata": {}, "items": items}
+        return 200, {"kind": "List", "metadata": listed_version(cluster), "items": items}
     if method != "POST":
         return status(405, "MethodNotAllowed", method)
     obj = body()
@@ -154,7 +167,7 @@ def item(
     if method == "GET":
         return 200, current
     if method == "DELETE":
-        return 200, cluster.objects.pop(key)
+        return 200, cluster.remove(key)
     if method != "PATCH":
         return status(405, "MethodNotAllowed", method)
     return patched(cluster, key, body, content_type)
@@ -270,6 +283,9 @@ def handler(cluster: Cluster) -> type[BaseHTTPRequestHandler]:
             url = urlsplit(self.path)
             content_type = self.headers.get("Content-Type", "")
             cluster.requests.append((self.command, url.path, content_type))
+            if self.command == "GET" and is_watch(url.query):
+                watch_stream(cluster, self, url.path, url.query)
+                return
 
             def body() -> Any:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -289,6 +305,156 @@ def handler(cluster: Cluster) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+# Watches: a collection's changes as chunked JSON lines, one event a line. -----------------------
+
+
+class History:
+    """Every change as a watch sends it, and the oldest resourceVersion a watch may resume from.
+
+    `compact` forgets everything so far, as etcd's compaction does, so that a watch resumed
+    from an older version is answered 410 Gone; `drop` ends every open watch, as a restarting
+    API server does, and while `refusing` new watches are answered 503.
+    """
+
+    def __init__(self) -> None:
+        self.events: list[tuple[Key, str, dict[str, Any]]] = []
+        self.oldest = 0
+        self.drops = 0
+        self.closed = False
+        self.refusing = False
+        self.changed = threading.Condition()
+        self.watches: list[dict[str, str]] = []
+        """The query of every watch opened."""
+
+    def record(self, key: Key, kind: str, obj: dict[str, Any]) -> None:
+        with self.changed:
+            self.events.append((key, kind, copy.deepcopy(obj)))
+            self.changed.notify_all()
+
+    def compact(self) -> None:
+        with self.changed:
+            self.oldest = max((version(o) for _, _, o in self.events), default=0)
+
+    def drop(self) -> None:
+        with self.changed:
+            self.drops += 1
+            self.changed.notify_all()
+
+    def close(self) -> None:
+        with self.changed:
+            self.closed = True
+            self.changed.notify_all()
+
+
+def version(obj: dict[str, Any]) -> int:
+    return int(obj["metadata"]["resourceVersion"])
+
+
+def listed_version(cluster: Cluster) -> dict[str, str]:
+    with cluster.history.changed:
+        latest = max((version(o) for _, _, o in cluster.history.events), default=0)
+        return {"resourceVersion": str(max(latest, cluster.history.oldest))}
+
+
+def is_watch(query: str) -> bool:
+    return (parse_qs(query).get("watch") or [""])[0] in {"true", "1"}
+
+
+def watch_stream(cluster: Cluster, request: BaseHTTPRequestHandler, path: str, query: str) -> None:
+    """One watch, as the API server serves it: from `resourceVersion` (without one, every
+    matching object as ADDED first), until `timeoutSeconds`, a `drop` or the server's end.
+    Too old a version is one ERROR event with a 410 Status, then the end of the stream.
+    """
+    params = {k: v[0] for k, v in parse_qs(query).items()}
+    history = cluster.history
+    history.watches.append(params)
+    every = ALL_NAMESPACES.fullmatch(path)
+    found = every or NAMESPACED.fullmatch(path)
+    if found is None or (every is None and found["name"] is not None):
+        request.send_error(404)
+        return
+    namespace = None if every else found["ns"]
+    if history.refusing:
+        refuse(request)
+        return
+
+    def wanted(key: Key, obj: dict[str, Any]) -> bool:
+        return (
+            key[0] == found["plural"]
+            and namespace in {None, key[1]}
+            and selected(obj, params.get("labelSelector", ""))
+        )
+
+    open_stream(request)
+    deadline = time.monotonic() + float(params.get("timeoutSeconds") or 1800)
+    with history.changed:
+        drops = history.drops
+        start = params.get("resourceVersion") or ""
+        if start and int(start) < history.oldest:
+            gone = status(410, "Expired", f"too old resource version: {start}")[1]
+            pending = [{"type": "ERROR", "object": gone}]
+            deadline = 0.0
+        elif start:
+            pending = [
+                {"type": kind, "object": obj}
+                for key, kind, obj in history.events
+                if version(obj) > int(start) and wanted(key, obj)
+            ]
+        else:
+            pending = [
+                {"type": "ADDED", "object": copy.deepcopy(o)}
+                for k, o in cluster.objects.items()
+                if wanted(k, o)
+            ]
+        seen = len(history.events)
+    try:
+        while True:
+            for event in pending:
+                send_chunk(request, json.dumps(event).encode() + b"\n")
+            with history.changed:
+                history.changed.wait_for(
+                    lambda seen=seen: (
+                        len(history.events) > seen
+                        or history.drops != drops
+                        or history.closed
+                        or time.monotonic() >= deadline
+                    ),
+                    timeout=max(0.0, deadline - time.monotonic()),
+                )
+                if history.drops != drops or history.closed or time.monotonic() >= deadline:
+                    break
+                fresh = history.events[seen:]
+                seen = len(history.events)
+            pending = [{"type": k, "object": o} for key, k, o in fresh if wanted(key, o)]
+        send_chunk(request, b"")
+    except OSError:
+        pass  # the client went away
+
+
+def refuse(request: BaseHTTPRequestHandler) -> None:
+    data = json.dumps(status(503, "ServiceUnavailable", "not now")[1]).encode()
+    request.send_response(503)
+    request.send_header("Content-Type", "application/json")
+    request.send_header("Content-Length", str(len(data)))
+    request.end_headers()
+    request.wfile.write(data)
+
+
+def open_stream(request: BaseHTTPRequestHandler) -> None:
+    request.protocol_version = "HTTP/1.1"  # chunked needs it; this connection closes after
+    request.send_response(200)
+    request.send_header("Content-Type", "application/json")
+    request.send_header("Transfer-Encoding", "chunked")
+    request.send_header("Connection", "close")
+    request.end_headers()
+    request.close_connection = True
+
+
+def send_chunk(request: BaseHTTPRequestHandler, data: bytes) -> None:
+    request.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+    request.wfile.flush()
+
+
 @contextmanager
 def serve() -> Iterator[tuple[Cluster, str]]:
     """A fake cluster and its URL, for as long as the block runs."""
@@ -299,6 +465,7 @@ def serve() -> Iterator[tuple[Cluster, str]]:
     try:
         yield cluster, f"http://127.0.0.1:{server.server_address[1]}"
     finally:
+        cluster.history.close()
         server.shutdown()
         server.server_close()
         thread.join()

@@ -16,6 +16,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -83,6 +84,9 @@ class Platform:
         self.agents: dict[tuple[str, str], asyncio.subprocess.Process] = {}
         self.roots: dict[tuple[str, str], Path] = {}
         self.hosts = iter(range(2, 250))
+        self.delay = 0.0
+        """Seconds a sandbox waits, from when it is first seen, before it is marked Ready."""
+        self.seen: dict[tuple[str, str], float] = {}
 
     async def run(self) -> None:
         while True:
@@ -95,6 +99,9 @@ class Platform:
         running = obj["spec"].get("power", "Running") == "Running"
         phase = (obj.get("status") or {}).get("phase")
         where = (key[1], key[2])
+        first = self.seen.setdefault(where, asyncio.get_running_loop().time())
+        if asyncio.get_running_loop().time() - first < self.delay:
+            return
         if running and phase != "Running":
             # A status lost to a whole-object write must not leave the old agent running.
             await self.stop(where)
@@ -185,6 +192,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         gc.collect()
         await backend.close()
         api.close()
+        assert not [t for t in threading.enumerate() if t.name == "sandbox-watch"]
         for obj in cluster.written:
             if obj["kind"] == "WorkspaceSandbox":
                 assert validate_xrd_object(xrd(), obj) == [], obj
@@ -229,6 +237,21 @@ async def test_create_writes_a_valid_xr_waits_for_the_agent_and_initialises_it(
         20480,
     )
     assert info.json()["state"] == "running"
+
+
+async def test_create_hears_of_readiness_from_the_watch_not_by_polling(world: World) -> None:
+    world.platform.delay = 2.0  # several of the old half-second polls
+    started = len(world.cluster.requests)
+    answer = await world.call("POST", "/sandboxes", KEY_A, json={})
+    assert answer.status_code == 201, answer.text
+    sandbox_id = answer.json()["sandboxID"]
+    item = f"/apis/sandbox.cozystack.io/v1alpha1/namespaces/team-a/{PLURAL}/{sandbox_id}"
+    seen = world.cluster.requests[started:]
+    assert [m for m, p, _ in seen if p == item] == []  # not one GET of the object
+    assert len(seen) <= 3  # the create, and the watch's list and watch when it starts
+    read = await world.http.get("/health", headers={"E2b-Sandbox-Id": sandbox_id})
+    assert read.status_code == 204, read.text
+    assert len(world.cluster.requests) == started + len(seen)  # found in the cache
 
 
 async def test_an_unknown_template_is_a_404_and_writes_nothing(world: World) -> None:
