@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import httpx
 from kubernetes.client.exceptions import ApiException
 
-from workspace_gateway.backend import NewSandbox, Sandbox, State, choose
+from workspace_gateway.backend import NewSandbox, Sandbox, State, always, choose
 from workspace_gateway.errors import GatewayError, not_found
 from workspace_gateway.templates import Template
 
@@ -284,7 +284,7 @@ class KubernetesBackend:
         ]
         return choose(found, access_token)
 
-    async def reap(self, now: datetime) -> None:
+    async def reap(self, now: datetime, leading: Callable[[], bool] = always) -> None:
         """Kill running sandboxes past their end time; the platform pauses auto-pause ones.
 
         A paused sandbox is kept, as E2B keeps it, until it is killed or resumed.
@@ -295,7 +295,7 @@ class KubernetesBackend:
         for obj in listed.get("items", []):
             sandbox = sandbox_of(obj, self.settings)
             expired = sandbox.state is State.RUNNING and sandbox.end_at <= now
-            if ours(obj) and expired and not sandbox.auto_pause:
+            if ours(obj) and expired and not sandbox.auto_pause and leading():
                 with contextlib.suppress(GatewayError):
                     await self._delete(sandbox.namespace, sandbox.sandbox_id)
 

@@ -10,9 +10,10 @@ from kubernetes.config.config_exception import ConfigException
 from workspace_gateway import cluster, templates
 from workspace_gateway.keys import SecretKeys
 from workspace_gateway.kubernetes_backend import KubernetesBackend, Settings
+from workspace_gateway.lease import Elector
 
 
-def open_cluster(args: argparse.Namespace) -> tuple[KubernetesBackend, SecretKeys]:
+def open_cluster(args: argparse.Namespace) -> tuple[KubernetesBackend, SecretKeys, Elector]:
     """Everything `--kubernetes` needs, or one line saying what is missing."""
     if args.templates is None or args.token_seed_file is None:
         sys.exit("workspace-sandbox-gateway: --kubernetes needs --templates and --token-seed-file")
@@ -28,5 +29,6 @@ def open_cluster(args: argparse.Namespace) -> tuple[KubernetesBackend, SecretKey
     backend = KubernetesBackend(
         client.CustomObjectsApi(api), settings, httpx.AsyncClient(trust_env=False)
     )
-    keys = SecretKeys(client.CoreV1Api(api), cluster.gateway_namespace(args.gateway_namespace))
-    return backend, keys
+    namespace = cluster.gateway_namespace(args.gateway_namespace)
+    keys = SecretKeys(client.CoreV1Api(api), namespace)
+    return backend, keys, Elector(client.CoordinationV1Api(api), namespace)
