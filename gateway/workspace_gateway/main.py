@@ -90,7 +90,9 @@ def parser() -> argparse.ArgumentParser:
     cluster.add_argument(
         "--agent-port", type=int, default=49983, help="SandboxPlatform gateway.agentPort"
     )
-    cluster.add_argument("--gateway-namespace", help="where the key Secrets are")
+    cluster.add_argument(
+        "--gateway-namespace", help="where the key Secrets and the reaper's Lease are"
+    )
     cluster.add_argument("--kubeconfig", help="default: KUBECONFIG, ~/.kube, else in-cluster")
     cluster.add_argument("--context", help="the kubeconfig context")
     p.add_argument(

@@ -8,9 +8,14 @@ lapses without waiting for it. Every Lease written is checked against the shape 
 import asyncio
 import contextlib
 import logging
+import os
 import re
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -39,6 +44,7 @@ from tests.gateway import kube_fake
 
 NAMESPACE = "sandbox-gateway"
 KEY = ("leases", NAMESPACE, lease.NAME)
+GATEWAY = Path(sys.executable).with_name("workspace-sandbox-gateway")
 PATH = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{lease.NAME}"
 MICRO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
 INT32 = 2**31 - 1
@@ -158,6 +164,8 @@ def test_the_other_takes_over_once_the_lease_has_lapsed_and_not_before(fake: Fak
     assert not two.attempt()
     clock.advance(0.001)
     assert not one.leading()
+    # It stopped seconds before its Lease may be taken: room for clocks that drift apart.
+    assert clock.now + timedelta(seconds=4) < last_renewal + timedelta(seconds=lease.LEASE_SECONDS)
     # Nobody leads for the rest of the term: the margin that keeps two from leading at once.
     clock.advance(lease.LEASE_SECONDS - lease.RENEW_DEADLINE - 0.001)
     assert not two.attempt()
@@ -296,20 +304,20 @@ async def test_a_leader_that_cannot_reach_the_api_stops_leading_by_its_deadline(
     caplog.set_level(logging.INFO, "workspace_gateway.lease")
     clock = Clock()
     one = fake.elector("one_1", clock)
-    with socket_closed() as nowhere:
-        cut = client.ApiClient(client.Configuration(host=nowhere))
-        fake.clients.append(cut)
-        one.start()
-        await until(one.leading)
-        one.api = client.CoordinationV1Api(cut)  # the API server is gone
-        clock.advance(lease.RENEW_DEADLINE - 1)
-        await asyncio.sleep(0.2)  # renewals fail, but the deadline has not come
-        assert one.leading()
-        assert "could not be read or written" in caplog.text
-        clock.advance(1)
-        assert not one.leading()  # at once, whatever the renewal loop is doing
-        await until(lambda: "no longer" in caplog.text)
-        await one.stop()
+    nowhere = f"http://127.0.0.1:{free_port()}"  # a loopback port nothing listens on
+    cut = client.ApiClient(client.Configuration(host=nowhere))
+    fake.clients.append(cut)
+    one.start()
+    await until(one.leading)
+    one.api = client.CoordinationV1Api(cut)  # the API server is gone
+    clock.advance(lease.RENEW_DEADLINE - 1)
+    await asyncio.sleep(0.2)  # renewals fail, but the deadline has not come
+    assert one.leading()
+    assert "could not be read or written" in caplog.text
+    clock.advance(1)
+    assert not one.leading()  # at once, whatever the renewal loop is doing
+    await until(lambda: "no longer" in caplog.text)
+    await one.stop()
     changes = [r.getMessage() for r in caplog.records if "reaps expired" in r.getMessage()]
     assert changes == [
         "this replica (one_1) now reaps expired sandboxes",
@@ -318,26 +326,8 @@ async def test_a_leader_that_cannot_reach_the_api_stops_leading_by_its_deadline(
 
 
 async def test_two_gateways_on_one_cluster_delete_an_expired_sandbox_once(fake: Fake) -> None:
-    expired = datetime.now(UTC) - timedelta(seconds=5)
     sandbox_id = "a" * 20
-    notes = {
-        TEMPLATE: "base",
-        STARTED: (expired - timedelta(minutes=5)).isoformat(),
-        END: expired.isoformat(),
-        AUTO_PAUSE: "false",
-    }
-    obj = {
-        "apiVersion": "sandbox.cozystack.io/v1alpha1",
-        "kind": "WorkspaceSandbox",
-        "metadata": {
-            "name": sandbox_id,
-            "namespace": "team-a",
-            "labels": {ID_LABEL: sandbox_id},
-            "annotations": notes,
-        },
-        "spec": {"power": "Running"},
-    }
-    fake.cluster.put((PLURAL, "team-a", sandbox_id), obj)
+    expired_sandbox(fake.cluster, sandbox_id)
     settings = Settings(templates={}, seed=b"a test seed")
     gateways = []
     for name in ("one", "two"):
@@ -404,10 +394,73 @@ async def until(condition: Any, seconds: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
-@contextlib.contextmanager
-def socket_closed() -> Iterator[str]:
-    """The URL of a loopback port nothing listens on."""
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    yield f"http://127.0.0.1:{port}"
+        return int(s.getsockname()[1])
+
+
+def expired_sandbox(cluster: kube_fake.Cluster, sandbox_id: str) -> None:
+    """A gateway-made WorkspaceSandbox in team-a whose end time has passed."""
+    ended = datetime.now(UTC) - timedelta(seconds=5)
+    notes = {
+        TEMPLATE: "base",
+        STARTED: (ended - timedelta(minutes=5)).isoformat(),
+        END: ended.isoformat(),
+        AUTO_PAUSE: "false",
+    }
+    metadata = {"name": sandbox_id, "namespace": "team-a", "labels": {ID_LABEL: sandbox_id}}
+    obj = {
+        "apiVersion": "sandbox.cozystack.io/v1alpha1",
+        "kind": "WorkspaceSandbox",
+        "metadata": {**metadata, "annotations": notes},
+        "spec": {"power": "Running"},
+    }
+    cluster.put((PLURAL, "team-a", sandbox_id), obj)
+
+
+async def test_a_leader_that_loses_the_lead_mid_round_deletes_no_more(fake: Fake) -> None:
+    for sandbox_id in ("a" * 20, "b" * 20, "c" * 20):
+        expired_sandbox(fake.cluster, sandbox_id)
+    answers = iter([True])
+    backend = KubernetesBackend(
+        client.CustomObjectsApi(fake.api()),
+        Settings(templates={}, seed=b"a test seed"),
+        httpx.AsyncClient(),
+    )
+    await backend.reap(datetime.now(UTC), lambda: next(answers, False))
+    await backend.close()
+    deletes = [p for m, p, _ in fake.cluster.requests if m == "DELETE"]
+    assert len(deletes) == 1
+    assert sum(1 for key in fake.cluster.objects if key[0] == PLURAL) == 2
+
+
+def test_the_gateway_process_takes_the_lease_and_hands_it_over_when_stopped(
+    fake: Fake, tmp_path: Path
+) -> None:
+    (tmp_path / "templates.yaml").write_text("templates:\n  base:\n    image: ubuntu-24.04\n")
+    (tmp_path / "seed").write_text("s" * 40)
+    port = free_port()
+    command = [
+        *(str(GATEWAY), "--kubernetes", "--address", f"127.0.0.1:{port}"),
+        *("--templates", str(tmp_path / "templates.yaml")),
+        *("--token-seed-file", str(tmp_path / "seed")),
+        *("--kubeconfig", str(fake.kubeconfig), "--gateway-namespace", NAMESPACE),
+    ]
+    env = {**os.environ, "POD_NAME": "gateway-6c9f-x2v7q"}
+    process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while KEY not in fake.cluster.objects:
+            assert process.poll() is None, "the gateway ended"
+            assert time.monotonic() < deadline, "no Lease was written"
+            time.sleep(0.05)
+        holder = fake.spec()["holderIdentity"]
+        assert re.fullmatch(r"gateway-6c9f-x2v7q_[0-9a-f]{8}", holder)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert fake.spec()["holderIdentity"] == ""  # released: a successor need not wait
+    assert err.count(f"this replica ({holder}) now reaps") == 1
+    assert err.count(f"this replica ({holder}) no longer reaps") == 1
+    assert "Traceback" not in err
