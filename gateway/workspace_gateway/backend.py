@@ -7,6 +7,7 @@ the local mode and a cluster differ in one module.
 import asyncio
 import hmac
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -102,15 +103,28 @@ class Reaping(Protocol):
     REAP_EVERY: float
     """Seconds between two rounds."""
 
-    async def reap(self, now: datetime) -> None:
-        """Kill, or with auto-pause pause, the sandboxes whose end time has come."""
+    async def reap(self, now: datetime, leading: Callable[[], bool]) -> None:
+        """Kill, or with auto-pause pause, the sandboxes whose end time has come.
+
+        `leading` is asked before each one: a replica that loses the lead mid-round stops there.
+        """
 
 
-async def reap_forever(backend: Reaping) -> None:
-    """Reap for as long as the gateway serves, even when no client calls."""
+def always() -> bool:
+    return True
+
+
+async def reap_forever(backend: Reaping, leading: Callable[[], bool] = always) -> None:
+    """Reap for as long as the gateway serves, even when no client calls.
+
+    With several replicas only the one `leading` says leads reaps, so no two delete at once;
+    it is asked before every round and every sandbox, so a replica that has lost the lead stops
+    at once.
+    """
     while True:
         try:
-            await backend.reap(datetime.now(UTC))
+            if leading():
+                await backend.reap(datetime.now(UTC), leading)
         except Exception:  # one bad round must not end reaping for good
             logging.getLogger(__name__).exception("reaping expired sandboxes failed")
         await asyncio.sleep(backend.REAP_EVERY)

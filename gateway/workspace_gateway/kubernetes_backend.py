@@ -35,7 +35,7 @@ import httpx
 from kubernetes.client.exceptions import ApiException
 
 from workspace_gateway import sealed
-from workspace_gateway.backend import NewSandbox, Sandbox, State, choose
+from workspace_gateway.backend import NewSandbox, Sandbox, State, always, choose
 from workspace_gateway.errors import GatewayError, not_found
 from workspace_gateway.sandbox_cache import Allowance, Cache, Watcher
 from workspace_gateway.templates import Template
@@ -355,7 +355,7 @@ class KubernetesBackend:
         items = listed.get("items", [])
         return tuple(o for o in items if ours(o) and o["metadata"]["name"] == sandbox_id)
 
-    async def reap(self, now: datetime) -> None:
+    async def reap(self, now: datetime, leading: Callable[[], bool] = always) -> None:
         """Kill running sandboxes past their end time; the platform pauses auto-pause ones.
 
         A paused sandbox is kept, as E2B keeps it, until it is killed or resumed.
@@ -366,7 +366,7 @@ class KubernetesBackend:
         for obj in listed.get("items", []):
             sandbox = sandbox_of(obj, self.settings)
             expired = sandbox.state is State.RUNNING and sandbox.end_at <= now
-            if ours(obj) and expired and not sandbox.auto_pause:
+            if ours(obj) and expired and not sandbox.auto_pause and leading():
                 with contextlib.suppress(GatewayError):
                     await self._delete(sandbox.namespace, sandbox.sandbox_id)
 

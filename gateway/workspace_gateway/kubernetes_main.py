@@ -10,10 +10,11 @@ from kubernetes.config.config_exception import ConfigException
 from workspace_gateway import cluster, templates
 from workspace_gateway.keys import Keys, SecretKeys
 from workspace_gateway.kubernetes_backend import KubernetesBackend, Settings
+from workspace_gateway.lease import Elector
 from workspace_gateway.tokens import TokenReviews
 
 
-def open_cluster(args: argparse.Namespace) -> tuple[KubernetesBackend, Keys]:
+def open_cluster(args: argparse.Namespace) -> tuple[KubernetesBackend, Keys, Elector]:
     """Everything `--kubernetes` needs, or one line saying what is missing."""
     if args.templates is None or args.token_seed_file is None:
         sys.exit("workspace-sandbox-gateway: --kubernetes needs --templates and --token-seed-file")
@@ -31,11 +32,12 @@ def open_cluster(args: argparse.Namespace) -> tuple[KubernetesBackend, Keys]:
     backend = KubernetesBackend(
         client.CustomObjectsApi(api), settings, httpx.AsyncClient(trust_env=False)
     )
+    namespace = cluster.gateway_namespace(args.gateway_namespace)
+    elector = Elector(client.CoordinationV1Api(api), namespace)
     if args.auth == "kubernetes-tokens":
         audiences = tuple(args.token_audience)
         reviews = TokenReviews(
             client.AuthenticationV1Api(api), client.AuthorizationV1Api(api), audiences=audiences
         )
-        return backend, reviews
-    keys = SecretKeys(client.CoreV1Api(api), cluster.gateway_namespace(args.gateway_namespace))
-    return backend, keys
+        return backend, reviews, elector
+    return backend, SecretKeys(client.CoreV1Api(api), namespace), elector

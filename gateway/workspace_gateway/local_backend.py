@@ -14,13 +14,14 @@ import shutil
 import socket
 import string
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 
-from workspace_gateway.backend import NewSandbox, Sandbox, State, choose
+from workspace_gateway.backend import NewSandbox, Sandbox, State, always, choose
 from workspace_gateway.errors import GatewayError, not_found
 
 TEMPLATES = frozenset({"base"})
@@ -152,10 +153,10 @@ class LocalBackend:
             self._check(entry)
             entry.sandbox = replace(entry.sandbox, end_at=end_at)
 
-    async def reap(self, now: datetime) -> None:
+    async def reap(self, now: datetime, leading: Callable[[], bool] = always) -> None:
         """Kill running sandboxes past their end time, or pause those that asked for it."""
         for entry in list(self.entries.values()):
-            if entry.sandbox.state is State.RUNNING and entry.sandbox.end_at <= now:
+            if leading() and entry.sandbox.state is State.RUNNING and entry.sandbox.end_at <= now:
                 async with entry.lock:
                     if self._live(entry) and entry.sandbox.end_at <= now:
                         if entry.sandbox.auto_pause:

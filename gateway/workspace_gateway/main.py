@@ -15,9 +15,10 @@ import uvicorn
 
 from workspace_gateway import __version__, proxy
 from workspace_gateway.app import build_app
-from workspace_gateway.backend import reap_forever
+from workspace_gateway.backend import always, reap_forever
 from workspace_gateway.keys import KEY, Keys, StaticKeys, new_key
 from workspace_gateway.kubernetes_backend import KubernetesBackend
+from workspace_gateway.lease import Elector
 from workspace_gateway.local_backend import LocalBackend
 
 AGENT = "workspace-sandbox-agent"
@@ -89,7 +90,9 @@ def parser() -> argparse.ArgumentParser:
     cluster.add_argument(
         "--agent-port", type=int, default=49983, help="SandboxPlatform gateway.agentPort"
     )
-    cluster.add_argument("--gateway-namespace", help="where the key Secrets are")
+    cluster.add_argument(
+        "--gateway-namespace", help="where the key Secrets and the reaper's Lease are"
+    )
     cluster.add_argument(
         "--auth",
         choices=["api-keys", "kubernetes-tokens"],
@@ -185,8 +188,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.kubernetes:
         from workspace_gateway import kubernetes_main  # noqa: PLC0415
 
-        backend, cluster_keys = kubernetes_main.open_cluster(args)
-        asyncio.run(serve(backend, args, cluster_keys))
+        backend, cluster_keys, elector = kubernetes_main.open_cluster(args)
+        asyncio.run(serve(backend, args, cluster_keys, elector))
         return
     if args.auth != "api-keys" or args.token_audience:
         sys.exit("workspace-sandbox-gateway: --local takes API keys only (--api-key)")
@@ -218,7 +221,10 @@ def setup_logging(level: str) -> None:
 Backend = LocalBackend | KubernetesBackend
 
 
-async def serve(backend: Backend, args: argparse.Namespace, keys: Keys) -> None:
+async def serve(
+    backend: Backend, args: argparse.Namespace, keys: Keys, elector: Elector | None = None
+) -> None:
+    """Serve until stopped; with an elector (several replicas), only its leader reaps."""
     host, port = args.address
     http = proxy.client()
     config = uvicorn.Config(
@@ -235,27 +241,35 @@ async def serve(backend: Backend, args: argparse.Namespace, keys: Keys) -> None:
         ssl_certfile=args.tls_cert,
         ssl_keyfile=args.tls_key,
     )
-    reaper = asyncio.create_task(reap_forever(backend))
+    if elector is not None:
+        elector.start()
+    leading = elector.leading if elector is not None else always
+    reaper = asyncio.create_task(reap_forever(backend, leading))
     scheme = "https" if args.tls_cert else "http"
     log.info("serving %s on %s:%d, domain %s", scheme, host, port, args.domain)
     try:
-        await Server(config, backend).serve()
+        await Server(config, backend, elector).serve()
     finally:
         reaper.cancel()
+        if elector is not None:
+            await elector.stop()
         await backend.close()
         await http.aclose()
 
 
 class Server(uvicorn.Server):
-    """uvicorn's server, which stops every sandbox when it shuts down.
+    """uvicorn's server, which stops every sandbox and hands the reaper's Lease over on shutdown.
 
     After a signal uvicorn re-raises it once `serve` returns, so a `finally` there may not run.
     """
 
-    def __init__(self, config: uvicorn.Config, backend: Backend) -> None:
+    def __init__(self, config: uvicorn.Config, backend: Backend, elector: Elector | None) -> None:
         super().__init__(config)
         self.backend = backend
+        self.elector = elector
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.elector is not None:
+            await self.elector.stop()
         await self.backend.close()
         await super().shutdown(sockets)

@@ -3,7 +3,8 @@
 Secrets and namespaced custom objects: get, list (by namespace or across all, with equality and
 existence label selectors), create (409 when the name is taken), merge-patch and delete, each
 object with a resourceVersion that every write moves on, and watches of a collection (see
-`watch_stream`). Anything else answers 404 or 405, so
+`watch_stream`). Leases: create, get, replace and merge-patch, a write at a stale
+resourceVersion answered 409. Anything else answers 404 or 405, so
 a call the gateway makes that a real API server would serve differently shows up as a failure.
 The real `kubernetes` client talks to it through a kubeconfig written by `kubeconfig`.
 """
@@ -128,6 +129,8 @@ def answer(
         items = [o for o in cluster.resource(every["plural"]) if selected(o, selector)]
         return 200, {"kind": "List", "metadata": listed_version(cluster), "items": items}
     plural, ns, name = found["plural"], found["ns"], found["name"]
+    if found["group"] == LEASE_GROUP:
+        return leases(cluster, method, (plural, ns, name or ""), body, content_type)
     if name is None:
         return collection(cluster, method, (plural, ns, ""), selector, body)
     return item(cluster, method, (plural, ns, name), body, content_type)
@@ -271,6 +274,68 @@ def admission_denied(message: str, code: int = 403) -> Answer:
     return status(code, "Forbidden" if code == 403 else "BadRequest", message)
 
 
+# --- coordination.k8s.io/v1 Leases: create, get, replace (PUT) and merge-patch, by name ---
+
+LEASE_GROUP = "coordination.k8s.io"
+
+
+def leases(
+    cluster: Cluster, method: str, key: Key, body: Callable[[], Any], content_type: str
+) -> Answer:
+    """A Lease as the API server keeps it: a write at a stale resourceVersion is a 409.
+
+    A replace without a resourceVersion is unconditional, as the API server allows for Leases.
+    Listing, watching and deleting are not offered: the gateway's RBAC grants none of them.
+    """
+    plural, ns, name = key
+    if plural != "leases":
+        return status(404, "NotFound", f"no resource {plural}")
+    if not name:
+        return lease_create(cluster, method, ns, body)
+    if key not in cluster.objects:
+        return status(404, "NotFound", f'leases.coordination.k8s.io "{name}" not found')
+    served = {
+        "PATCH": lambda: patched(cluster, key, body, content_type),
+        "PUT": lambda: lease_replace(cluster, key, body()),
+        "GET": lambda: (200, cluster.objects[key]),
+    }
+    serve = served.get(method)
+    return serve() if serve else status(405, "MethodNotAllowed", method)
+
+
+def lease_create(cluster: Cluster, method: str, ns: str, body: Callable[[], Any]) -> Answer:
+    if method != "POST":
+        return status(405, "MethodNotAllowed", method)
+    obj = body()
+    metadata = obj.setdefault("metadata", {})
+    if metadata.get("resourceVersion"):
+        return status(
+            400, "BadRequest", "resourceVersion should not be set on objects to be created"
+        )
+    metadata["namespace"] = ns
+    key = ("leases", ns, metadata.get("name", ""))
+    if key in cluster.objects:
+        return status(409, "AlreadyExists", f'leases.coordination.k8s.io "{key[2]}" already exists')
+    cluster.written.append(copy.deepcopy(obj))
+    return 201, cluster.put(key, obj)
+
+
+def lease_replace(cluster: Cluster, key: Key, obj: Any) -> Answer:
+    metadata = obj.get("metadata") or {}
+    if metadata.get("name") != key[2] or metadata.get("namespace", key[1]) != key[1]:
+        return status(400, "BadRequest", "the name of the object does not match the URL")
+    wanted = metadata.get("resourceVersion")
+    if wanted and wanted != cluster.objects[key]["metadata"]["resourceVersion"]:
+        message = f'Operation cannot be fulfilled on leases.coordination.k8s.io "{key[2]}": the object has been modified'
+        return status(409, "Conflict", message)
+    metadata["namespace"] = key[1]
+    cluster.written.append(copy.deepcopy(obj))
+    return 200, cluster.put(key, obj)
+
+
+# --- end of Leases ---
+
+
 # --- The HTTP server.
 
 
@@ -300,7 +365,7 @@ def handler(cluster: Cluster) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        do_GET = do_POST = do_PATCH = do_DELETE = _serve  # noqa: N815  # http.server's names
+        do_GET = do_POST = do_PATCH = do_DELETE = do_PUT = _serve  # noqa: N815  # http.server's names
 
     return Handler
 
