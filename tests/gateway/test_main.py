@@ -117,7 +117,7 @@ def test_the_cluster_s_callers_are_known_by_keys_unless_tokens_are_asked_for(
             *(["--token-audience", "sandboxes"] if auth else []),
         ]
     )
-    _, keys = open_cluster(args)
+    _, keys, _ = open_cluster(args)
     assert type(keys) is kind
     if isinstance(keys, TokenReviews):
         assert keys.audiences == ("sandboxes",)
