@@ -225,7 +225,7 @@ def sandbox_of(obj: Mapping[str, Any], settings: Settings, envd_version: str = "
 class KubernetesBackend:
     """The Backend over a cluster; `custom` is the client's `CustomObjectsApi`."""
 
-    REAP_EVERY = 5.0  # a list of every sandbox per round
+    REAP_EVERY = 5.0  # from the cache: costs the API server nothing
 
     def __init__(self, custom: Any, settings: Settings, http: httpx.AsyncClient) -> None:
         self.custom = custom
@@ -334,10 +334,7 @@ class KubernetesBackend:
         """
         if not is_id(sandbox_id):
             return None  # a header's text never reaches a label selector
-        self.start()
-        if not self.cache.synced.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.cache.synced.wait(), SYNC_SECONDS)
+        await self._synced()
         found: Sequence[dict[str, Any]] = self.cache.named(sandbox_id)
         now = asyncio.get_running_loop().time()
         if not found and self.fallbacks is not None and self.fallbacks.take(now):
@@ -358,17 +355,29 @@ class KubernetesBackend:
     async def reap(self, now: datetime, leading: Callable[[], bool] = always) -> None:
         """Kill running sandboxes past their end time; the platform pauses auto-pause ones.
 
-        A paused sandbox is kept, as E2B keeps it, until it is killed or resumed.
+        A paused sandbox is kept, as E2B keeps it, until it is killed or resumed. The candidates
+        come from the watch's cache, so a round costs the API server nothing but the deletes;
+        each delete is conditional on the resourceVersion the cache holds, so a sandbox whose
+        end another replica has just moved on (a `set_timeout`, a connect) is answered 409 and
+        kept, however stale the cache.
         """
-        listed = await self._call(
-            self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL, label_selector=ID_LABEL
-        )
-        for obj in listed.get("items", []):
+        if not await self._synced():
+            return  # no list yet: next round
+        for obj in list(self.cache.objects.values()):
             sandbox = sandbox_of(obj, self.settings)
             expired = sandbox.state is State.RUNNING and sandbox.end_at <= now
-            if ours(obj) and expired and not sandbox.auto_pause and leading():
+            if expired and not sandbox.auto_pause and leading():
+                version = obj["metadata"].get("resourceVersion")
                 with contextlib.suppress(GatewayError):
-                    await self._delete(sandbox.namespace, sandbox.sandbox_id)
+                    await self._delete(sandbox.namespace, sandbox.sandbox_id, version)
+
+    async def _synced(self) -> bool:
+        """Whether the watch has listed once, waiting for that a little."""
+        self.start()
+        if not self.cache.synced.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.cache.synced.wait(), SYNC_SECONDS)
+        return self.cache.synced.is_set()
 
     async def close(self) -> None:
         self.closed = True
@@ -481,7 +490,9 @@ class KubernetesBackend:
             return obj
         raise GatewayError(409, f"sandbox {sandbox_id!r} kept changing; try again")
 
-    async def _delete(self, namespace: str, sandbox_id: str) -> None:
+    async def _delete(self, namespace: str, sandbox_id: str, version: str | None = None) -> None:
+        """Delete; with `version`, only if the object is still at that resourceVersion."""
+        preconditions = {"preconditions": {"resourceVersion": version}} if version else None
         await self._call(
             self.custom.delete_namespaced_custom_object,
             GROUP,
@@ -489,6 +500,7 @@ class KubernetesBackend:
             namespace,
             PLURAL,
             sandbox_id,
+            body=preconditions,
             missing=sandbox_id,
         )
 

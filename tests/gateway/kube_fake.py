@@ -170,10 +170,23 @@ def item(
     if method == "GET":
         return 200, current
     if method == "DELETE":
-        return 200, cluster.remove(key)
+        return deleted(cluster, key, body)
     if method != "PATCH":
         return status(405, "MethodNotAllowed", method)
     return patched(cluster, key, body, content_type)
+
+
+def deleted(cluster: Cluster, key: Key, body: Callable[[], Any]) -> Answer:
+    """A delete, refused 409 when its preconditions name another resourceVersion."""
+    wanted = ((body() or {}).get("preconditions") or {}).get("resourceVersion")
+    current = cluster.objects[key]["metadata"]["resourceVersion"]
+    if wanted and wanted != current:
+        message = (
+            f'Operation cannot be fulfilled on {key[0]} "{key[2]}": Precondition failed: '
+            f"ResourceVersion in precondition: {wanted}, ResourceVersion in object meta: {current}"
+        )
+        return status(409, "Conflict", message)
+    return 200, cluster.remove(key)
 
 
 def patched(cluster: Cluster, key: Key, body: Callable[[], Any], content_type: str) -> Answer:

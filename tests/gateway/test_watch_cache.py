@@ -5,10 +5,12 @@ platform would, and the backend must see them through its one watch.
 """
 
 import asyncio
+import copy
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ import httpx
 import pytest
 from kubernetes import client, config
 from workspace_gateway.kubernetes_backend import (
+    END,
     FALLBACK_BURST,
     FALLBACK_PER_SECOND,
     GROUP,
@@ -195,3 +198,41 @@ def test_the_allowance_refills_at_its_rate_and_holds_no_more_than_its_burst() ->
     assert allowance.take(0.4) is False
     assert allowance.take(0.5) is True
     assert [allowance.take(100) for _ in range(4)] == [True, True, True, False]
+
+
+async def test_the_reaper_reads_the_cache_and_spares_a_sandbox_extended_meanwhile(
+    watched: Fixture,
+) -> None:
+    """A round lists nothing; a delete on a stale view is refused 409 and the sandbox kept."""
+    ended = datetime.now(UTC) - timedelta(seconds=5)
+    for name in ("a" * 20, "b" * 20):
+        watched.put("team-a", name)
+        watched.cluster.update(
+            (PLURAL, "team-a", name),
+            lambda o: o["metadata"].update(annotations={END: ended.isoformat()}),
+        )
+    await watched.backend.locate("a" * 20, None)  # starts the watch
+    await eventually(lambda: len(watched.backend.cache.objects) == 2)
+    assert all(END in o["metadata"]["annotations"] for o in watched.backend.cache.objects.values())
+    stale = copy.deepcopy(watched.backend.cache.objects["team-a", "b" * 20])
+    # Another replica extends b; this replica's cache has not seen it yet.
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    watched.cluster.update(
+        (PLURAL, "team-a", "b" * 20), lambda o: o["metadata"]["annotations"].update({END: later})
+    )
+    await eventually(lambda: watched.backend.cache.objects["team-a", "b" * 20] != stale)
+    watched.backend.cache.objects["team-a", "b" * 20] = stale
+    lists = watched.lists()
+
+    await watched.backend.reap(datetime.now(UTC))
+
+    assert watched.lists() == lists
+    assert (PLURAL, "team-a", "a" * 20) not in watched.cluster.objects
+    assert watched.cluster.objects[PLURAL, "team-a", "b" * 20]["metadata"]["annotations"] == {
+        END: later
+    }
+    deletes = [p for m, p, _ in watched.cluster.requests if m == "DELETE"]
+    assert sorted(deletes) == [
+        f"/apis/{GROUP}/{VERSION}/namespaces/team-a/{PLURAL}/{name}"
+        for name in ("a" * 20, "b" * 20)
+    ]
