@@ -228,8 +228,11 @@ def test_container_is_locked_down_beyond_restricted() -> None:
     # Numeric, or the kubelet can't check runAsNonRoot against an image's user name.
     assert pod_spec()["securityContext"]["runAsUser"] > 0
     assert container()["image"].startswith("ghcr.io/cozystack/workspace-sandbox-gateway:v")
-    for probe in ("readinessProbe", "livenessProbe"):
-        assert container()[probe]["tcpSocket"] == {"port": "http"}
+    # Ready by the one route without a key (tests/gateway/test_control.py); alive by its socket.
+    assert container()["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert container()["livenessProbe"]["tcpSocket"] == {"port": "http"}
+    env = {e["name"]: e for e in container()["env"]}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     resources = container()["resources"]
     assert {"cpu", "memory"} <= resources["requests"].keys()
     assert "memory" in resources["limits"]

@@ -69,6 +69,11 @@ def build_app(backend: Backend, http: httpx.AsyncClient, *, keys: Keys, domain: 
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         target = route(headers, domain)
+        if target is None and (scope["method"], scope["path"]) == ("GET", "/health"):
+            # E2B's API answers this without a key; probes call it, so it is not audited.
+            ready = await backend.ready()
+            await respond_json(send, 200 if ready else 503, {"ready": ready})
+            return
         entry = audit.Entry()
         receive, send = entry.counting(receive, send)
         try:

@@ -251,6 +251,10 @@ class KubernetesBackend:
     def templates(self) -> frozenset[str]:
         return frozenset(self.settings.templates)
 
+    async def ready(self) -> bool:
+        """Once the watch has listed: the first readiness probe starts it."""
+        return await self._synced()
+
     async def create(self, namespace: str, request: NewSandbox) -> Sandbox:
         template = self.settings.templates.get(request.template)
         if template is None:

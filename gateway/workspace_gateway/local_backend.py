@@ -76,6 +76,9 @@ class LocalBackend:
     def templates(self) -> frozenset[str]:
         return TEMPLATES
 
+    async def ready(self) -> bool:
+        return True
+
     async def create(self, namespace: str, request: NewSandbox) -> Sandbox:
         sandbox_id = new_id()
         workspace = Path(tempfile.mkdtemp(prefix=f"sandbox-{sandbox_id}-"))

@@ -153,9 +153,13 @@ class Sandboxes:
 
     def __init__(self) -> None:
         self.all = [sandbox(1, namespace="a")]
+        self.is_ready = True
 
     def templates(self) -> frozenset[str]:
         return frozenset({"base"})
+
+    async def ready(self) -> bool:
+        return self.is_ready
 
     async def create(self, namespace: str, request: NewSandbox) -> Sandbox:
         return replace(self.all[0], template=request.template, namespace=namespace)
@@ -341,3 +345,17 @@ def test_the_data_plane_chooses_between_namespaces_only_by_the_token() -> None:
     assert choose([mine, squatter], None) is None
     assert choose([mine, squatter], "neither") is None
     assert choose([], "mine") is None
+
+
+async def test_health_needs_no_key_and_says_whether_the_replica_can_serve(
+    client: httpx.AsyncClient, backend: Sandboxes
+) -> None:
+    answer = await client.get("/health")
+    assert (answer.status_code, answer.json()) == (200, {"ready": True})
+    backend.is_ready = False
+    answer = await client.get("/health")
+    assert (answer.status_code, answer.json()) == (503, {"ready": False})
+    # Only that one route goes without a key.
+    assert (await client.post("/health")).status_code == 401
+    assert (await client.get("/health/x")).status_code == 401
+    assert (await client.get("/sandboxes")).status_code == 401

@@ -236,3 +236,10 @@ async def test_the_reaper_reads_the_cache_and_spares_a_sandbox_extended_meanwhil
         f"/apis/{GROUP}/{VERSION}/namespaces/team-a/{PLURAL}/{name}"
         for name in ("a" * 20, "b" * 20)
     ]
+
+
+async def test_the_backend_is_ready_once_the_watch_has_listed(watched: Fixture) -> None:
+    assert watched.backend.watcher is None
+    assert await watched.backend.ready() is True  # the first probe starts the watch
+    assert watched.backend.watcher is not None
+    assert watched.lists() == 1
