@@ -9,6 +9,7 @@ import posixpath
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpcore
 import httpx
 
 from workspace_gateway.asgi import Receive, Scope, Send, respond_json
@@ -34,10 +35,21 @@ HOP_BY_HOP = frozenset(
 GATEWAY_ONLY = frozenset({"x-api-key"})
 IDLE_SECONDS = 600.0
 CLIENT_DEFAULTS = frozenset({"accept", "accept-encoding", "user-agent", "connection"})
+# How much one read of an agent's socket may take. httpcore's 64 KiB means a 64 MiB download
+# crosses httpcore, h11, httpx and the ASGI send a thousand times: a quarter of the gateway's
+# CPU on a download (BENCHMARKS.md). Memory stays bounded: each read is forwarded, and waits
+# for the client to drain, before the next.
+UPSTREAM_READ_BYTES = 1 << 20
 
 
 def client() -> httpx.AsyncClient:
-    """One pool for all sandboxes; reads and writes may idle up to ten minutes."""
+    """One pool for all sandboxes; reads and writes may idle up to ten minutes.
+
+    The read size is a class attribute of httpcore's HTTP/1.1 connection, read through `self`
+    on each read; its pinned version has no other way to set it. The backends' own small calls
+    to agents share it, harmlessly: a read returns what has arrived, it never waits to fill.
+    """
+    httpcore.AsyncHTTP11Connection.READ_NUM_BYTES = UPSTREAM_READ_BYTES
     return httpx.AsyncClient(
         timeout=httpx.Timeout(IDLE_SECONDS, connect=10.0),
         limits=httpx.Limits(max_connections=None, max_keepalive_connections=100),
