@@ -69,8 +69,10 @@ class LocalBackend:
         self.user = user
         self.figures = machine_figures()
         self.entries: dict[str, _Entry] = {}
-        # Every agent process until it has been waited for, whatever cancelled its stop.
-        self.processes: set[asyncio.subprocess.Process] = set()
+        # Every agent process, and its port, until it has been waited for, whatever cancelled
+        # its stop; and every port handed out until then, so none is handed out twice.
+        self.processes: dict[asyncio.subprocess.Process, int] = {}
+        self.ports: set[int] = set()
         self.http = httpx.AsyncClient(timeout=10.0, trust_env=False)
 
     def templates(self) -> frozenset[str]:
@@ -189,22 +191,38 @@ class LocalBackend:
         if not self._live(entry):
             raise not_found(entry.sandbox.sandbox_id)
 
+    def _free_port(self) -> int:
+        """A port free now and not any running agent's.
+
+        The kernel's free port is free only until someone binds it, and an agent binds its own
+        a moment after starting: without this, two creates at once could be given one port,
+        and the second would initialise the first's agent (refused: it has a token by then).
+        """
+        while (port := free_port()) in self.ports:
+            pass
+        self.ports.add(port)
+        return port
+
     async def _start(self, entry: _Entry) -> None:
-        port = free_port()
+        port = self._free_port()
         endpoint = f"http://127.0.0.1:{port}"
-        entry.process = await asyncio.create_subprocess_exec(
-            str(self.agent),
-            "--address",
-            f"127.0.0.1:{port}",
-            "--root",
-            str(entry.workspace),
-            "--user",
-            self.user,
-            "--log-level",
-            "warning",
-            stdin=asyncio.subprocess.DEVNULL,
-        )
-        self.processes.add(entry.process)
+        try:
+            entry.process = await asyncio.create_subprocess_exec(
+                str(self.agent),
+                "--address",
+                f"127.0.0.1:{port}",
+                "--root",
+                str(entry.workspace),
+                "--user",
+                self.user,
+                "--log-level",
+                "warning",
+                stdin=asyncio.subprocess.DEVNULL,
+            )
+        except BaseException:
+            self.ports.discard(port)
+            raise
+        self.processes[entry.process] = port
         version = await self._healthy(entry.process, endpoint)
         init = {
             "envVars": entry.env_vars,
@@ -245,7 +263,7 @@ class LocalBackend:
             except TimeoutError:
                 process.kill()
                 await process.wait()
-        self.processes.discard(process)
+        self.ports.discard(self.processes.pop(process, -1))
 
     async def _remove(self, entry: _Entry) -> None:
         self.entries.pop(entry.sandbox.sandbox_id, None)
