@@ -10,6 +10,7 @@ from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
+from function.compose.cilium_policy import CCNP, CNP
 from function.compose.guard import guard_policy
 from function.compose.names import WORKSPACE_LABEL
 from function.compose.observed import dig
@@ -26,8 +27,7 @@ from function.policy import (
 )
 from function.wire import to_dict
 
-POLICY_KINDS = ("CiliumNetworkPolicy", "NetworkPolicy")
-CLUSTERWIDE = "CiliumClusterwideNetworkPolicy"
+POLICY_KINDS = (CNP, "NetworkPolicy")
 # Where the sandbox's pod sits in the modelled cluster, and another sandbox beside it.
 SANDBOX_IPS = ("10.244.0.99", "fd00:10:244::99")
 NEIGHBOUR_IPS = ("10.244.1.98", "fd00:10:244:1::98")
@@ -98,7 +98,7 @@ def audit(
         {**m, "metadata": {**m["metadata"], "namespace": namespace}}
         for m in desired.values()
         if m.get("kind") in POLICY_KINDS
-    ] + [m for m in desired.values() if m.get("kind") == CLUSTERWIDE]
+    ] + [m for m in desired.values() if m.get("kind") == CCNP]
     if plane is None:
         policies.append(guard_policy(platform))
     elif not any(m["kind"] in POLICY_KINDS for m in policies):

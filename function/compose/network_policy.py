@@ -14,6 +14,7 @@ entities and endpoints are denied separately from addresses.
 from itertools import pairwise
 from typing import Any
 
+from function.compose.cilium_policy import cnp
 from function.compose.names import identity_labels, labels, sandbox_name
 from function.compose.service import reserved_ports
 from function.errors import FieldError
@@ -27,26 +28,12 @@ CILIUM_KEY = "cilium-policy"
 KUBERNETES_KEY = "network-policy"
 
 NAMESPACE = "io.kubernetes.pod.namespace"
-DENIED_ENTITIES = [
-    "host",
-    "remote-node",
-    "kube-apiserver",
-    "health",
-    "init",
-    "ingress",
-    "unmanaged",
-]
+# Cilium's reserved identities a sandbox may neither reach nor be reached from.
+_NEVER_ENTITIES = ["remote-node", "kube-apiserver", "health", "init", "ingress", "unmanaged"]
+DENIED_ENTITIES = ["host", *_NEVER_ENTITIES]
 # Sources that may never open a connection to a sandbox, whatever the baseline allows.
 # The local host stays allowed: kubelet probes come from it.
-DENIED_SOURCE_ENTITIES = [
-    "world",
-    "remote-node",
-    "kube-apiserver",
-    "health",
-    "init",
-    "ingress",
-    "unmanaged",
-]
+DENIED_SOURCE_ENTITIES = ["world", *_NEVER_ENTITIES]
 KUBE_DNS = {NAMESPACE: "kube-system", "k8s-app": "kube-dns"}
 MAX_PORT = 65535
 DNS_PORTS = [{"port": "53", "protocol": "UDP"}, {"port": "53", "protocol": "TCP"}]
@@ -322,11 +309,9 @@ def _cilium_policy(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatfo
         "fromEndpoints": [_gateway_peer(platform)],
         "toPorts": [{"ports": _other_ports(tuple(open_ports))}],
     }
-    return {
-        "apiVersion": "cilium.io/v2",
-        "kind": "CiliumNetworkPolicy",
-        "metadata": {"name": sandbox_name(ws, CILIUM_KEY), "labels": labels(ws)},
-        "spec": {
+    return cnp(
+        sandbox_name(ws, CILIUM_KEY),
+        {
             "description": f"Isolation of sandbox {ws.metadata.name}: denies win over every allow.",
             "endpointSelector": {"matchLabels": identity},
             "egressDeny": deny_egress,
@@ -340,7 +325,8 @@ def _cilium_policy(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatfo
                 {"fromEndpoints": [_gateway_peer(platform)], "toPorts": [{"ports": ports}]}
             ],
         },
-    }
+        labels=labels(ws),
+    )
 
 
 def _ip_block(cidr: str, deny: list[str]) -> dict[str, Any]:
