@@ -12,7 +12,7 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.compose.cilium_policy import CCNP, CNP
 from function.compose.guard import guard_policy
-from function.compose.names import WORKSPACE_LABEL
+from function.compose.names import SANDBOX_KEY, STATEFULSET_KEY, VM_KEY, WORKSPACE_LABEL
 from function.compose.observed import dig
 from function.model.platform import SandboxPlatform
 from function.offline import plain
@@ -142,12 +142,12 @@ def plane_namespace_of(desired: dict[str, Any], default: str) -> str:
 
 def _pod_labels(desired: dict[str, Any]) -> dict[str, str]:
     """The sandbox pod's labels: a VM's virt-launcher pod, a Sandbox's or StatefulSet's pod."""
-    if "vm" in desired:
-        labels = dig(desired["vm"], "spec", "template", "metadata", "labels") or {}
+    if VM_KEY in desired:
+        labels = dig(desired[VM_KEY], "spec", "template", "metadata", "labels") or {}
         return {**labels, "kubevirt.io": "virt-launcher"}
-    if "statefulset" in desired:
-        return dict(dig(desired["statefulset"], "spec", "template", "metadata", "labels") or {})
-    return dict(dig(desired.get("sandbox"), "spec", "podTemplate", "metadata", "labels") or {})
+    if STATEFULSET_KEY in desired:
+        return dict(dig(desired[STATEFULSET_KEY], "spec", "template", "metadata", "labels") or {})
+    return dict(dig(desired.get(SANDBOX_KEY), "spec", "podTemplate", "metadata", "labels") or {})
 
 
 def flows(

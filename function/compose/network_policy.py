@@ -15,7 +15,13 @@ from itertools import pairwise
 from typing import Any
 
 from function.compose.cilium_policy import cnp
-from function.compose.names import identity_labels, labels, sandbox_name
+from function.compose.names import (
+    CILIUM_POLICY_KEY,
+    NETWORK_POLICY_KEY,
+    identity_labels,
+    labels,
+    sandbox_name,
+)
 from function.compose.service import reserved_ports
 from function.errors import FieldError
 from function.model import Manifest
@@ -24,8 +30,8 @@ from function.model.blocklist import DENY_V4, DENY_V6, blocked, embedding, span
 from function.model.platform import Preset, SandboxPlatform
 from function.model.spec import AllowRule, WorkspaceSandbox
 
-CILIUM_KEY = "cilium-policy"
-KUBERNETES_KEY = "network-policy"
+CILIUM_KEY = CILIUM_POLICY_KEY
+KUBERNETES_KEY = NETWORK_POLICY_KEY
 
 NAMESPACE = "io.kubernetes.pod.namespace"
 # Cilium's reserved identities a sandbox may neither reach nor be reached from.
