@@ -25,6 +25,7 @@ from function.policy import (
     evaluate,
     format_verdict,
 )
+from function.policy.verdict import Enforcement, IpProtocol
 from function.wire import to_dict
 
 POLICY_KINDS = (CNP, "NetworkPolicy")
@@ -34,7 +35,7 @@ NEIGHBOUR_IPS = ("10.244.1.98", "fd00:10:244:1::98")
 
 # What an audit checks when no flow is named: one destination of each kind the design denies,
 # a public one it allows, and the callers it must refuse.
-AUDIT: tuple[tuple[str, int, str], ...] = (
+AUDIT: tuple[tuple[str, int, IpProtocol], ...] = (
     ("151.101.0.223", 443, "TCP"),
     ("2a04:4e42::223", 443, "TCP"),
     ("9.9.9.9", 53, "UDP"),
@@ -151,25 +152,22 @@ def _pod_labels(desired: dict[str, Any]) -> dict[str, str]:
 
 
 def flows(
-    found: Audit, to: str | None, source: str | None, port: int | None, protocol: str
+    found: Audit, to: str | None, source: str | None, port: int | None, protocol: IpProtocol
 ) -> list[Flow]:
     sandbox = found.sandbox
     if to is not None:
-        return [Flow(sandbox, to, port, protocol)]  # type: ignore[arg-type]
+        return [Flow(sandbox, to, port, protocol)]
     if source is not None:
-        return [Flow(source, sandbox, port, protocol)]  # type: ignore[arg-type]
+        return [Flow(source, sandbox, port, protocol)]
     namespace = sandbox.partition("/")[0]
-    out = [
-        Flow(sandbox, d.format(namespace=namespace), p, proto)  # type: ignore[arg-type]
-        for d, p, proto in AUDIT
-    ]
+    out = [Flow(sandbox, d.format(namespace=namespace), p, proto) for d, p, proto in AUDIT]
     callers = [c.format(namespace=namespace) for c in CALLERS]
     return out + [Flow(c, sandbox, port or found.agent_port) for c in callers]
 
 
-def explain(found: Audit, asked: list[Flow], enforcement: str) -> list[str]:
+def explain(found: Audit, asked: list[Flow], enforcement: Enforcement) -> list[str]:
     lines = [f"# {note}" for note in found.notes]
     for flow in asked:
-        verdict = evaluate(flow, found.policies, found.env, enforcement=enforcement)  # type: ignore[arg-type]
+        verdict = evaluate(flow, found.policies, found.env, enforcement=enforcement)
         lines.append(format_verdict(flow, verdict))
     return lines

@@ -11,6 +11,7 @@ CIDR rules never match pods or nodes in Cilium (those have their own identities)
 entities and endpoints are denied separately from addresses.
 """
 
+from ipaddress import IPv4Network, IPv6Network
 from itertools import pairwise
 from typing import Any
 
@@ -343,8 +344,8 @@ def _kubernetes_egress(
     ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform
 ) -> list[dict[str, Any]]:
     site = platform.network.denied_cidrs
-    v4 = [*_PINNED_V4, *(ip_text(n) for n in site if n.version == 4)]  # noqa: PLR2004
-    v6 = [*_PINNED_V6, *(ip_text(n) for n in site if n.version == 6)]  # noqa: PLR2004
+    v4 = [*_PINNED_V4, *(ip_text(n) for n in site if isinstance(n, IPv4Network))]
+    v6 = [*_PINNED_V6, *(ip_text(n) for n in site if isinstance(n, IPv6Network))]
     mode = ws.spec.network.egress
     dns = [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
     kube_dns = {

@@ -2,7 +2,7 @@
 
 The semantics follow Cilium 1.19's documentation (docs.cilium.io: Policy Language, Layer 3,
 Layer 4, Deny Policies, Using Kubernetes Constructs) and the CRD field documentation in
-`crds/cilium`, with the Kubernetes NetworkPolicy reference for NetworkPolicies:
+`schemas/upstream/cilium`, with the Kubernetes NetworkPolicy reference for NetworkPolicies:
 
 * A connection is allowed only if the source's egress allows it and the destination's ingress
   allows it. Pods have both sides; nodes, host-network pods and `world` have no endpoint
@@ -78,8 +78,8 @@ Enforcement = Literal["cilium", "kubernetes"]
 Direction = Literal["egress", "ingress"]
 Policy = Mapping[str, Any]
 
-_WORLD_V4: Final = "93.184.216.34"
-_WORLD_V6: Final = "2606:2800:21f:cb07:6820:80da:af6b:8b2c"
+# Some public address of each IP version, standing for `world`.
+_WORLD: Final = {4: "93.184.216.34", 6: "2606:2800:21f:cb07:6820:80da:af6b:8b2c"}
 _ENTITIES: Final = frozenset(
     {"all", "world", "world-ipv4", "world-ipv6", "cluster", "host", "remote-node"}
     | {"kube-apiserver", "health", "init", "ingress", "unmanaged", "none"}
@@ -596,7 +596,7 @@ class _Source:
             ips = [ip_address(i) for i in owned]
             ip = next((i for i in ips if i.version == version), ips[0])
             return Identity(ip, self.pod, self.node, env.is_apiserver(ip))
-        ip = self.ip or ip_address(_WORLD_V4 if version == 4 else _WORLD_V6)  # noqa: PLR2004
+        ip = self.ip or ip_address(_WORLD[version])
         return Identity(ip, apiserver=env.is_apiserver(ip))
 
 
@@ -630,7 +630,7 @@ class _Target:
 
 def _addresses(ref: str, env: Environment, version: int) -> tuple[list[Address], str]:
     if ref == "world":
-        return [ip_address(_WORLD_V4 if version == 4 else _WORLD_V6)], ""  # noqa: PLR2004
+        return [ip_address(_WORLD[version])], ""
     ip = _literal(ref)
     if ip is not None:
         return [ip], ""
