@@ -32,7 +32,7 @@ def main() -> None:
     args = parser.parse_args()
     answer = fnv1.RunFunctionResponse()
     answer.ParseFromString(args.response.read_bytes())
-    runtime.serve(Echo(answer), args.address, creds=None, insecure=True)  # type: ignore[arg-type]
+    runtime.serve(Echo(answer), args.address, creds=None, insecure=True)  # type: ignore[arg-type]  # SDK: creds may be None with insecure
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@ from typing import Any
 
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
+from function.compose.cilium_policy import CCNP, CNP
 from function.compose.guard import guard_policy
-from function.compose.names import WORKSPACE_LABEL
+from function.compose.names import SANDBOX_KEY, STATEFULSET_KEY, VM_KEY, WORKSPACE_LABEL
 from function.compose.observed import dig
 from function.model.platform import SandboxPlatform
 from function.offline import plain
@@ -24,17 +25,17 @@ from function.policy import (
     evaluate,
     format_verdict,
 )
+from function.policy.verdict import Enforcement, IpProtocol
 from function.wire import to_dict
 
-POLICY_KINDS = ("CiliumNetworkPolicy", "NetworkPolicy")
-CLUSTERWIDE = "CiliumClusterwideNetworkPolicy"
+POLICY_KINDS = (CNP, "NetworkPolicy")
 # Where the sandbox's pod sits in the modelled cluster, and another sandbox beside it.
 SANDBOX_IPS = ("10.244.0.99", "fd00:10:244::99")
 NEIGHBOUR_IPS = ("10.244.1.98", "fd00:10:244:1::98")
 
 # What an audit checks when no flow is named: one destination of each kind the design denies,
 # a public one it allows, and the callers it must refuse.
-AUDIT: tuple[tuple[str, int, str], ...] = (
+AUDIT: tuple[tuple[str, int, IpProtocol], ...] = (
     ("151.101.0.223", 443, "TCP"),
     ("2a04:4e42::223", 443, "TCP"),
     ("9.9.9.9", 53, "UDP"),
@@ -98,7 +99,7 @@ def audit(
         {**m, "metadata": {**m["metadata"], "namespace": namespace}}
         for m in desired.values()
         if m.get("kind") in POLICY_KINDS
-    ] + [m for m in desired.values() if m.get("kind") == CLUSTERWIDE]
+    ] + [m for m in desired.values() if m.get("kind") == CCNP]
     if plane is None:
         policies.append(guard_policy(platform))
     elif not any(m["kind"] in POLICY_KINDS for m in policies):
@@ -142,34 +143,31 @@ def plane_namespace_of(desired: dict[str, Any], default: str) -> str:
 
 def _pod_labels(desired: dict[str, Any]) -> dict[str, str]:
     """The sandbox pod's labels: a VM's virt-launcher pod, a Sandbox's or StatefulSet's pod."""
-    if "vm" in desired:
-        labels = dig(desired["vm"], "spec", "template", "metadata", "labels") or {}
+    if VM_KEY in desired:
+        labels = dig(desired[VM_KEY], "spec", "template", "metadata", "labels") or {}
         return {**labels, "kubevirt.io": "virt-launcher"}
-    if "statefulset" in desired:
-        return dict(dig(desired["statefulset"], "spec", "template", "metadata", "labels") or {})
-    return dict(dig(desired.get("sandbox"), "spec", "podTemplate", "metadata", "labels") or {})
+    if STATEFULSET_KEY in desired:
+        return dict(dig(desired[STATEFULSET_KEY], "spec", "template", "metadata", "labels") or {})
+    return dict(dig(desired.get(SANDBOX_KEY), "spec", "podTemplate", "metadata", "labels") or {})
 
 
 def flows(
-    found: Audit, to: str | None, source: str | None, port: int | None, protocol: str
+    found: Audit, to: str | None, source: str | None, port: int | None, protocol: IpProtocol
 ) -> list[Flow]:
     sandbox = found.sandbox
     if to is not None:
-        return [Flow(sandbox, to, port, protocol)]  # type: ignore[arg-type]
+        return [Flow(sandbox, to, port, protocol)]
     if source is not None:
-        return [Flow(source, sandbox, port, protocol)]  # type: ignore[arg-type]
+        return [Flow(source, sandbox, port, protocol)]
     namespace = sandbox.partition("/")[0]
-    out = [
-        Flow(sandbox, d.format(namespace=namespace), p, proto)  # type: ignore[arg-type]
-        for d, p, proto in AUDIT
-    ]
+    out = [Flow(sandbox, d.format(namespace=namespace), p, proto) for d, p, proto in AUDIT]
     callers = [c.format(namespace=namespace) for c in CALLERS]
     return out + [Flow(c, sandbox, port or found.agent_port) for c in callers]
 
 
-def explain(found: Audit, asked: list[Flow], enforcement: str) -> list[str]:
+def explain(found: Audit, asked: list[Flow], enforcement: Enforcement) -> list[str]:
     lines = [f"# {note}" for note in found.notes]
     for flow in asked:
-        verdict = evaluate(flow, found.policies, found.env, enforcement=enforcement)  # type: ignore[arg-type]
+        verdict = evaluate(flow, found.policies, found.env, enforcement=enforcement)
         lines.append(format_verdict(flow, verdict))
     return lines

@@ -18,6 +18,7 @@ from function.explain import audit, flows
 from function.explain import explain as explain_flows
 from function.fn import FunctionRunner
 from function.model.platform import SandboxPlatform
+from function.policy.verdict import Enforcement, IpProtocol
 from function.wire import to_dict
 
 Command = TypeVar("Command", bound=Callable[..., Any])
@@ -120,7 +121,7 @@ def serve(
         FunctionRunner(debug=debug),
         address,
         # The SDK accepts None with --insecure; its annotation says otherwise.
-        creds=creds,  # type: ignore[arg-type]
+        creds=creds,  # type: ignore[arg-type]  # SDK: creds may be None with insecure
         insecure=insecure,
         options=[("grpc.max_receive_message_length", max_recv_message_size * 1024 * 1024)],
     )
@@ -272,12 +273,12 @@ def explain(  # noqa: PLR0917  # click passes every option by keyword
     to: str | None,
     source: str | None,
     port: int | None,
-    protocol: str,
+    protocol: IpProtocol,
     composition: Path,
     no_baseline: bool,  # noqa: FBT001  # click passes flags positionally by keyword
     observed: Path | None,
     required: tuple[Path, ...],
-    enforcement: str,
+    enforcement: Enforcement,
 ) -> None:
     """Render XR and print the verdict, and the rule that decided it, for flows to and from it.
 

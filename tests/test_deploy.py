@@ -14,6 +14,7 @@ from celpy import celtypes
 from celpy.adapter import json_to_cel
 
 from function.model import Manifest
+from function.policy import selects
 from function.render import render
 from tests.schemas import _compile_rule, validate, validate_xrd_object
 from tests.support import (
@@ -504,22 +505,6 @@ def sandbox_request(
         "namespace": namespace,
         "name": name,
     }
-
-
-def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """A label selector's answer for these labels: a NotIn matches where the key is absent."""
-    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
-        return False
-    tests = {
-        "In": lambda key, values: labels.get(key) in values,
-        "NotIn": lambda key, values: labels.get(key) not in values,
-        "Exists": lambda key, _: key in labels,
-        "DoesNotExist": lambda key, _: key not in labels,
-    }
-    return all(
-        tests[e["operator"]](e["key"], e.get("values", []))
-        for e in selector.get("matchExpressions", [])
-    )
 
 
 def matches_rule(rule: Mapping[str, Any], request: Mapping[str, Any]) -> bool:

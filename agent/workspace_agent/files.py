@@ -398,7 +398,7 @@ class _Destination:
         await asyncio.to_thread(_write_all, self.temporary.fd, data, self.path)
 
     async def commit(self) -> dict[str, str]:
-        assert self.temporary is not None  # noqa: S101
+        assert self.temporary is not None  # noqa: S101  # opened before the first write
         await self._flush()
         temporary = self.temporary
         fd, temporary.fd = temporary.fd, -1

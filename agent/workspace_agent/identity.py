@@ -142,8 +142,8 @@ class Identity:
         threading.Thread(target=self._work, name="as-user", daemon=True).start()
 
     def _work(self) -> None:
-        assert self._kernel is not None  # noqa: S101
-        assert self._root is not None  # noqa: S101
+        assert self._kernel is not None  # noqa: S101  # set before the thread starts
+        assert self._root is not None  # noqa: S101  # set before the thread starts
         try:
             while (job := self._jobs.get()) is not None:
                 with self._lock:

@@ -154,7 +154,7 @@ def _popen(
             start_new_session=True,
             # A chdir and an ioctl on modules already imported need no lock that another
             # thread could hold at the fork.
-            preexec_fn=_in_child(enter, terminal=launch.terminal is not None),  # noqa: PLW1509
+            preexec_fn=_in_child(enter, terminal=launch.terminal is not None),  # noqa: PLW1509  # see above: no lock to hold
             user=user.uid if privileged else None,
             group=user.gid if privileged else None,
             extra_groups=list(user.groups) if privileged else None,

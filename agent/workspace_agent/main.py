@@ -29,7 +29,7 @@ log = logging.getLogger("workspace_agent")
 def address(text: str) -> tuple[str, int]:
     """HOST:PORT, with IPv6 hosts in brackets (`[::]:49983`)."""
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:  # noqa: PLR2004
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:  # noqa: PLR2004  # the port range
         msg = f"{text!r} is not HOST:PORT"
         raise argparse.ArgumentTypeError(msg)
     return host.strip("[]") or "0.0.0.0", int(port)  # noqa: S104  # the pod's or VM's own address
@@ -43,7 +43,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--address",
         type=address,
-        default=("0.0.0.0", DEFAULT_PORT),  # noqa: S104
+        default=("0.0.0.0", DEFAULT_PORT),  # noqa: S104  # the pod's or VM's own address
         help=f"HOST:PORT to listen on (default 0.0.0.0:{DEFAULT_PORT})",
     )
     p.add_argument(

@@ -13,7 +13,8 @@ the Internet-mode denies only: its list is not known here, and a deny of anythin
 would win over its own policy's allows for good.
 """
 
-from function.compose.names import EGRESS_LABEL, WORKSPACE_LABEL
+from function.compose.cilium_policy import ccnp
+from function.compose.names import EGRESS_LABEL, MANAGED_BY, WORKSPACE_LABEL
 from function.compose.network_policy import egress_denies, gateway_guard_denies, ingress_denies
 from function.model import Manifest
 from function.model.platform import SandboxPlatform
@@ -25,14 +26,9 @@ def guard_policy(platform: SandboxPlatform) -> Manifest:
     # kube-dns stays open on port 53 when any preset resolves through it; every preset's own
     # policy still denies it where that preset doesn't.
     cluster_dns = any(p.cluster_dns for p in platform.presets.values())
-    return {
-        "apiVersion": "cilium.io/v2",
-        "kind": "CiliumClusterwideNetworkPolicy",
-        "metadata": {
-            "name": NAME,
-            "labels": {"app.kubernetes.io/managed-by": "function-workspace-sandbox"},
-        },
-        "spec": {
+    return ccnp(
+        NAME,
+        {
             "description": "Denies every sandbox pod the node, the control plane, in-cluster "
             "endpoints and private ranges, and every caller but the gateway, even before its "
             "own policy exists.",
@@ -43,16 +39,15 @@ def guard_policy(platform: SandboxPlatform) -> Manifest:
             "egressDeny": egress_denies(platform.network.denied_cidrs, cluster_dns=cluster_dns),
             "ingressDeny": [*ingress_denies(platform), *gateway_guard_denies(platform)],
         },
-        "specs": [
-            {
-                "description": "Denies every sandbox pod whose egress is None all egress, even "
-                "before its own policy exists.",
-                "endpointSelector": {
-                    "matchLabels": {EGRESS_LABEL: "None"},
-                    "matchExpressions": [{"key": WORKSPACE_LABEL, "operator": "Exists"}],
-                },
-                "enableDefaultDeny": {"egress": False, "ingress": False},
-                "egressDeny": [{"toEntities": ["all"]}],
-            }
-        ],
-    }
+        {
+            "description": "Denies every sandbox pod whose egress is None all egress, even "
+            "before its own policy exists.",
+            "endpointSelector": {
+                "matchLabels": {EGRESS_LABEL: "None"},
+                "matchExpressions": [{"key": WORKSPACE_LABEL, "operator": "Exists"}],
+            },
+            "enableDefaultDeny": {"egress": False, "ingress": False},
+            "egressDeny": [{"toEntities": ["all"]}],
+        },
+        labels=MANAGED_BY,
+    )

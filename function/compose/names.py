@@ -67,18 +67,33 @@ _SLUG_CHARS = MAX_NAME - _HASH_CHARS - 1
 _DOMAIN = "sandbox.cozystack.io/composed-names/v2"
 _NOT_NAME = re.compile(r"[^a-z0-9]+")
 
-# Composition-resource names whose objects' names others refer to. The modules composing them
-# define the same constants; tests/compose/test_names.py checks that they agree.
+# Composition-resource names whose objects' names others refer to, defined here once: the
+# modules composing them take their KEY from here (tests/compose/test_names.py checks those
+# that still spell it out). A key never changes: renaming one deletes its object.
+VM_KEY = "vm"
+SANDBOX_KEY = "sandbox"
+STATEFULSET_KEY = "statefulset"
 SERVICE_KEY = "service"
+NETWORK_POLICY_KEY = "network-policy"
+CILIUM_POLICY_KEY = "cilium-policy"
+SERVICE_ACCOUNT_KEY = "service-account"
+PLANE_KEY = "compute-plane"
+PROVIDER_CONFIG_KEY = "plane-access"
+PLANE_NAMESPACE_KEY = "plane-namespace"
+WORKSPACE_VOLUME_KEY = "workspace-volume"
+WORKSPACE_CLAIM_KEY = "workspace-claim"
 SNAPSHOT_PREFIX = "snapshot-"
-_SERVICE_ACCOUNT_KEY = "service-account"
-_PLANE_KEY = "compute-plane"
-_PROVIDER_CONFIG_KEY = "plane-access"
-_NAMESPACE_KEY = "plane-namespace"
-_WORKSPACE_KEYS = ("workspace-volume", "workspace-claim")
+_WORKSPACE_KEYS = (WORKSPACE_VOLUME_KEY, WORKSPACE_CLAIM_KEY)
 # The workload, its Service and its policies: each is named after the sandbox's identity, the
 # workload first, since its pod carries the identity label it was started with.
-_IDENTITY_KEYS = ("vm", "sandbox", "statefulset", SERVICE_KEY, "network-policy", "cilium-policy")
+_IDENTITY_KEYS = (
+    VM_KEY,
+    SANDBOX_KEY,
+    STATEFULSET_KEY,
+    SERVICE_KEY,
+    NETWORK_POLICY_KEY,
+    CILIUM_POLICY_KEY,
+)
 _OBJECT = ("kubernetes.m.crossplane.io/v1alpha1", "Object")
 
 
@@ -198,27 +213,27 @@ CLAIM_TEMPLATE = "workspace"
 def claim_name(ws: WorkspaceSandbox, *, templated: bool = False) -> str:
     """The workspace PVC: the DataVolume's or our own; an older Sandbox's templated claim."""
     if templated:
-        return f"{CLAIM_TEMPLATE}-{sandbox_name(ws, 'sandbox')}"
+        return f"{CLAIM_TEMPLATE}-{sandbox_name(ws, SANDBOX_KEY)}"
     return workspace_volume_name(ws)
 
 
 def plane_name(ws: WorkspaceSandbox) -> str:
     """A dedicated ComputePlane: one per sandbox, named after it."""
     names = _names(ws)
-    return names.seen.get(_PLANE_KEY) or composed_name(f"{names.xr}-plane", names.xr, "plane")
+    return names.seen.get(PLANE_KEY) or composed_name(f"{names.xr}-plane", names.xr, "plane")
 
 
 def plane_namespace(ws: WorkspaceSandbox) -> str:
     """The sandbox's own namespace inside a ComputePlane."""
     names = _names(ws)
-    return names.seen.get(_NAMESPACE_KEY) or composed_name(
+    return names.seen.get(PLANE_NAMESPACE_KEY) or composed_name(
         f"sandbox-{names.xr}", names.xr, "plane-namespace"
     )
 
 
 def provider_config_name(ws: WorkspaceSandbox) -> str:
     names = _names(ws)
-    return names.seen.get(_PROVIDER_CONFIG_KEY) or composed_name(
+    return names.seen.get(PROVIDER_CONFIG_KEY) or composed_name(
         f"{names.xr}-plane-access", names.xr, "plane-access"
     )
 
@@ -237,7 +252,7 @@ def child_name(ws: WorkspaceSandbox, key: str) -> str:
 
 def service_account_name(ws: WorkspaceSandbox) -> str:
     names = _names(ws)
-    return names.seen.get(_SERVICE_ACCOUNT_KEY) or composed_name(
+    return names.seen.get(SERVICE_ACCOUNT_KEY) or composed_name(
         f"{names.xr}-sandbox", names.xr, "service-account"
     )
 

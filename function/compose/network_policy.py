@@ -11,10 +11,18 @@ CIDR rules never match pods or nodes in Cilium (those have their own identities)
 entities and endpoints are denied separately from addresses.
 """
 
+from ipaddress import IPv4Network, IPv6Network
 from itertools import pairwise
 from typing import Any
 
-from function.compose.names import identity_labels, labels, sandbox_name
+from function.compose.cilium_policy import cnp
+from function.compose.names import (
+    CILIUM_POLICY_KEY,
+    NETWORK_POLICY_KEY,
+    identity_labels,
+    labels,
+    sandbox_name,
+)
 from function.compose.service import reserved_ports
 from function.errors import FieldError
 from function.model import Manifest
@@ -23,30 +31,16 @@ from function.model.blocklist import DENY_V4, DENY_V6, blocked, embedding, span
 from function.model.platform import Preset, SandboxPlatform
 from function.model.spec import AllowRule, WorkspaceSandbox
 
-CILIUM_KEY = "cilium-policy"
-KUBERNETES_KEY = "network-policy"
+CILIUM_KEY = CILIUM_POLICY_KEY
+KUBERNETES_KEY = NETWORK_POLICY_KEY
 
 NAMESPACE = "io.kubernetes.pod.namespace"
-DENIED_ENTITIES = [
-    "host",
-    "remote-node",
-    "kube-apiserver",
-    "health",
-    "init",
-    "ingress",
-    "unmanaged",
-]
+# Cilium's reserved identities a sandbox may neither reach nor be reached from.
+_NEVER_ENTITIES = ["remote-node", "kube-apiserver", "health", "init", "ingress", "unmanaged"]
+DENIED_ENTITIES = ["host", *_NEVER_ENTITIES]
 # Sources that may never open a connection to a sandbox, whatever the baseline allows.
 # The local host stays allowed: kubelet probes come from it.
-DENIED_SOURCE_ENTITIES = [
-    "world",
-    "remote-node",
-    "kube-apiserver",
-    "health",
-    "init",
-    "ingress",
-    "unmanaged",
-]
+DENIED_SOURCE_ENTITIES = ["world", *_NEVER_ENTITIES]
 KUBE_DNS = {NAMESPACE: "kube-system", "k8s-app": "kube-dns"}
 MAX_PORT = 65535
 DNS_PORTS = [{"port": "53", "protocol": "UDP"}, {"port": "53", "protocol": "TCP"}]
@@ -322,11 +316,9 @@ def _cilium_policy(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatfo
         "fromEndpoints": [_gateway_peer(platform)],
         "toPorts": [{"ports": _other_ports(tuple(open_ports))}],
     }
-    return {
-        "apiVersion": "cilium.io/v2",
-        "kind": "CiliumNetworkPolicy",
-        "metadata": {"name": sandbox_name(ws, CILIUM_KEY), "labels": labels(ws)},
-        "spec": {
+    return cnp(
+        sandbox_name(ws, CILIUM_KEY),
+        {
             "description": f"Isolation of sandbox {ws.metadata.name}: denies win over every allow.",
             "endpointSelector": {"matchLabels": identity},
             "egressDeny": deny_egress,
@@ -340,7 +332,8 @@ def _cilium_policy(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatfo
                 {"fromEndpoints": [_gateway_peer(platform)], "toPorts": [{"ports": ports}]}
             ],
         },
-    }
+        labels=labels(ws),
+    )
 
 
 def _ip_block(cidr: str, deny: list[str]) -> dict[str, Any]:
@@ -351,8 +344,8 @@ def _kubernetes_egress(
     ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform
 ) -> list[dict[str, Any]]:
     site = platform.network.denied_cidrs
-    v4 = [*_PINNED_V4, *(ip_text(n) for n in site if n.version == 4)]  # noqa: PLR2004
-    v6 = [*_PINNED_V6, *(ip_text(n) for n in site if n.version == 6)]  # noqa: PLR2004
+    v4 = [*_PINNED_V4, *(ip_text(n) for n in site if isinstance(n, IPv4Network))]
+    v6 = [*_PINNED_V6, *(ip_text(n) for n in site if isinstance(n, IPv6Network))]
     mode = ws.spec.network.egress
     dns = [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
     kube_dns = {

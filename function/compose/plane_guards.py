@@ -21,6 +21,7 @@ WorkspaceSandbox deletes what it composed in no particular order. Three things c
 
 from typing import Any
 
+from function.compose.cilium_policy import cnp
 from function.compose.guard import guard_policy
 from function.compose.names import child_name, labels
 from function.compose.network_policy import DENIED_ENTITIES, KUBE_DNS, MAX_PORT, NAMESPACE
@@ -99,11 +100,9 @@ def workers_policy(
         {"port": "1", "endPort": 52, "protocol": "ANY"},
         {"port": "54", "endPort": MAX_PORT, "protocol": "ANY"},
     ]
-    policy = {
-        "apiVersion": "cilium.io/v2",
-        "kind": "CiliumNetworkPolicy",
-        "metadata": {"name": child_name(ws, WORKERS_KEY), "labels": labels(ws)},
-        "spec": {
+    policy = cnp(
+        child_name(ws, WORKERS_KEY),
+        {
             "description": f"A sandbox's egress denies on the worker VMs of {cluster}, but "
             "for their own namespace, kube-dns and the ingress to their control plane.",
             "endpointSelector": {"matchLabels": {CLUSTER_LABEL: cluster, **VIRT_LAUNCHER}},
@@ -114,7 +113,8 @@ def workers_policy(
                 {"toCIDRSet": _cidr_denies(platform)},
             ],
         },
-    }
+        labels=labels(ws),
+    )
     return {WORKERS_KEY: policy}
 
 

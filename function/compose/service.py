@@ -2,13 +2,13 @@
 
 from typing import Any
 
-from function.compose.names import identity_labels, labels, sandbox_name
+from function.compose.names import SERVICE_KEY, identity_labels, labels, sandbox_name
 from function.errors import FieldError
 from function.model import Manifest
 from function.model.platform import Preset, SandboxPlatform
 from function.model.spec import WorkspaceSandbox
 
-KEY = "service"
+KEY = SERVICE_KEY
 SSH_PORT = 22
 
 

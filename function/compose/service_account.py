@@ -5,11 +5,11 @@ namespace's `default`, which a tenant may have bound to roles. This one mounts n
 no image pull secrets, and nothing binds it to any role.
 """
 
-from function.compose.names import labels, service_account_name
+from function.compose.names import SERVICE_ACCOUNT_KEY, labels, service_account_name
 from function.model import Manifest
 from function.model.spec import WorkspaceSandbox
 
-KEY = "service-account"
+KEY = SERVICE_ACCOUNT_KEY
 
 
 def service_account(ws: WorkspaceSandbox) -> dict[str, Manifest]:

@@ -45,7 +45,7 @@ def parse_quantity(value: object) -> Decimal:
     suffix = match["suffix"]
     try:
         number = Decimal(match["number"])
-    except InvalidOperation:  # pragma: no cover - the regex admits only decimal digits
+    except InvalidOperation:  # pragma: no cover  # the regex admits only decimal digits
         raise ValueError(f"{value!r} is not a quantity") from None
     scaled = number * (_BINARY[suffix] if suffix in _BINARY else _DECIMAL[suffix])
     if scaled > _CEILING:

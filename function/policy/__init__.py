@@ -3,7 +3,8 @@
 `evaluate` applies Cilium's semantics (and Kubernetes NetworkPolicy's) to a set of policy
 manifests over a modelled cluster (`Environment`); `cozystack_environment` and
 `cozystack_baseline` model what a Cozystack tenant namespace already has; `deletion` lists
-which policies still stand at each moment of a ComputePlane placement's deletion.
+which policies still stand at each moment of a ComputePlane placement's deletion; `selects`
+is the one label-selector matcher.
 """
 
 from function.policy.baseline import cozystack_baseline
@@ -15,7 +16,8 @@ from function.policy.environment import (
     Workload,
     cozystack_environment,
 )
-from function.policy.verdict import Flow, NotModelledError, Verdict, evaluate, format_verdict
+from function.policy.selector import NotModelledError, selects
+from function.policy.verdict import Flow, Verdict, evaluate, format_verdict
 
 __all__ = [
     "Environment",
@@ -32,4 +34,5 @@ __all__ = [
     "evaluate",
     "format_verdict",
     "outlives",
+    "selects",
 ]

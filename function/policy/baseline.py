@@ -12,6 +12,8 @@ Left out, because a tenant has them only when it runs its own ingress, etcd or m
 
 from typing import Any
 
+from function.compose.cilium_policy import ccnp, cnp
+
 NAMESPACE = "k8s:io.kubernetes.pod.namespace"
 _ROOT = "tenant-root"
 
@@ -35,33 +37,15 @@ def _parents(namespace: str) -> list[str]:
     return ["-".join(parts[: i + 1]) for i in range(1, len(parts))]
 
 
-def _cnp(namespace: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "cilium.io/v2",
-        "kind": "CiliumNetworkPolicy",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": spec,
-    }
-
-
-def _ccnp(name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "cilium.io/v2",
-        "kind": "CiliumClusterwideNetworkPolicy",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-
-
 def _to_namespace(namespace: str, name: str, target: str) -> dict[str, Any]:
     """Egress from every pod of the tenant to every pod of one platform namespace."""
-    return _cnp(
-        namespace,
+    return cnp(
         name,
         {
             "endpointSelector": {},
             "egress": [{"toEndpoints": [{"matchLabels": {NAMESPACE: target}}]}],
         },
+        namespace=namespace,
     )
 
 
@@ -90,7 +74,7 @@ def _egress(namespace: str) -> dict[str, Any]:
             for peer in peers
         ]
     selector = {"matchLabels": {NAMESPACE: namespace}}
-    return _ccnp(f"{namespace}-egress", {"endpointSelector": selector, "egress": rules})
+    return ccnp(f"{namespace}-egress", {"endpointSelector": selector, "egress": rules})
 
 
 def _ingress(namespace: str) -> dict[str, Any]:
@@ -108,7 +92,7 @@ def _ingress(namespace: str) -> dict[str, Any]:
             {"fromEndpoints": [{"matchLabels": {NAMESPACE: p}} for p in _parents(namespace)]}
         )
     selector = {"matchLabels": {NAMESPACE: namespace}}
-    return _ccnp(f"{namespace}-ingress", {"endpointSelector": selector, "ingress": rules})
+    return ccnp(f"{namespace}-ingress", {"endpointSelector": selector, "ingress": rules})
 
 
 def cozystack_baseline(namespace: str) -> list[dict[str, Any]]:
@@ -116,28 +100,27 @@ def cozystack_baseline(namespace: str) -> list[dict[str, Any]]:
     if namespace != _ROOT and not namespace.startswith("tenant-"):
         raise ValueError(f"{namespace!r} is not a tenant namespace (tenant-<name>)")
     return [
-        _cnp(
-            namespace,
+        cnp(
             "allow-internal-communication",
             {
                 "endpointSelector": {},
                 "ingress": [{"fromEndpoints": [{}]}],
                 "egress": [{"toEndpoints": [{}]}],
             },
+            namespace=namespace,
         ),
-        _cnp(
-            namespace,
+        cnp(
             "allow-external-communication",
             {
                 "endpointSelector": {},
                 "ingress": [{"fromEntities": ["world", "cluster"]}],
                 "egress": [{"toEntities": ["world"]}],
             },
+            namespace=namespace,
         ),
         _egress(namespace),
         _ingress(namespace),
-        _cnp(
-            namespace,
+        cnp(
             "allow-to-apiserver",
             {
                 "endpointSelector": {
@@ -150,9 +133,9 @@ def cozystack_baseline(namespace: str) -> list[dict[str, Any]]:
                     {"toPorts": [{"ports": [{"port": "6443", "protocol": "TCP"}]}]},
                 ],
             },
+            namespace=namespace,
         ),
-        _cnp(
-            namespace,
+        cnp(
             "allow-to-dns",
             {
                 "endpointSelector": {},
@@ -164,18 +147,19 @@ def cozystack_baseline(namespace: str) -> list[dict[str, Any]]:
                     }
                 ],
             },
+            namespace=namespace,
         ),
         _to_namespace(namespace, "allow-to-dashboard", "cozy-dashboard"),
         _to_namespace(namespace, "allow-to-linstor-gui", "cozy-linstor"),
         _to_namespace(namespace, "allow-to-keycloak", "cozy-keycloak"),
         _to_namespace(namespace, "allow-to-grafana-dashboards", "cozy-grafana-operator"),
         _to_namespace(namespace, "allow-to-cdi-upload-proxy", "cozy-kubevirt-cdi"),
-        _cnp(
-            namespace,
+        cnp(
             "allow-to-ingress",
             {
                 "endpointSelector": {},
                 "egress": [{"toEndpoints": [{"matchLabels": {"cozystack.io/service": "ingress"}}]}],
             },
+            namespace=namespace,
         ),
     ]

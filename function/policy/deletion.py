@@ -31,11 +31,13 @@ from dataclasses import dataclass
 from itertools import product
 from typing import Any, Literal
 
+from function.compose.cilium_policy import CCNP, CNP
+
 State = Literal["present", "terminating", "gone"]
 _STATES: tuple[State, ...] = ("present", "terminating", "gone")
 _OBJECT = ("kubernetes.m.crossplane.io/v1alpha1", "Object")
 _USAGE = ("protection.crossplane.io/v1beta1", "Usage")
-_POLICIES = frozenset({"CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy", "NetworkPolicy"})
+_POLICIES = frozenset({CNP, CCNP, "NetworkPolicy"})
 _WORKLOADS = frozenset({"StatefulSet", "Sandbox"})
 
 Manifest = Mapping[str, Any]

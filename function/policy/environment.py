@@ -132,8 +132,6 @@ class Environment:
     namespace_labels: Mapping[str, Mapping[str, str]]
     apiserver_ips: tuple[str, ...]
     dns: Mapping[str, tuple[str, ...]]
-    pod_cidrs: tuple[str, ...] = ()
-    service_cidrs: tuple[str, ...] = ()
     policy_default_local_cluster: bool = True
     nat64_prefixes: tuple[str, ...] = ()
     """The site's NAT64 translators: an address in one of them reaches the IPv4 address it
@@ -260,9 +258,6 @@ _NODES = tuple(
     Node(f"node-{i}", (f"192.168.100.1{i}", f"185.12.64.1{i}", f"2a01:4f8:0:1::1{i}"))
     for i in (1, 2, 3)
 )
-JOIN_NETWORK_IPS = ("100.64.0.2", "100.64.0.3", "100.64.0.4")
-"""Kube-OVN join addresses of the three nodes: not node IPs to Cilium, hence `world`."""
-
 APISERVER_IPS = ("192.168.100.11", "192.168.100.12", "192.168.100.13")
 """The apiserver runs on every node (6443 on the InternalIP): kube-apiserver and a node IP."""
 
@@ -490,7 +485,5 @@ def cozystack_environment() -> Environment:
         namespace_labels=_COZY_NAMESPACES,
         apiserver_ips=APISERVER_IPS,
         dns=_DNS,
-        pod_cidrs=("10.244.0.0/16", "fd00:10:244::/56"),
-        service_cidrs=("10.96.0.0/16", "fd00:10:96::/112"),
         nat64_prefixes=(NAT64_PREFIX,),
     )

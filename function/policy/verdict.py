@@ -2,7 +2,7 @@
 
 The semantics follow Cilium 1.19's documentation (docs.cilium.io: Policy Language, Layer 3,
 Layer 4, Deny Policies, Using Kubernetes Constructs) and the CRD field documentation in
-`crds/cilium`, with the Kubernetes NetworkPolicy reference for NetworkPolicies:
+`schemas/upstream/cilium`, with the Kubernetes NetworkPolicy reference for NetworkPolicies:
 
 * A connection is allowed only if the source's egress allows it and the destination's ingress
   allows it. Pods have both sides; nodes, host-network pods and `world` have no endpoint
@@ -61,6 +61,7 @@ from dataclasses import dataclass, replace
 from ipaddress import ip_address, ip_network
 from typing import Any, Final, Literal
 
+from function.compose.cilium_policy import CCNP, CNP
 from function.model.address import ip_text
 from function.policy.environment import (
     NAMESPACE_LABEL,
@@ -70,14 +71,15 @@ from function.policy.environment import (
     Node,
     Workload,
 )
+from function.policy.selector import NotModelledError, selector_keys, selects, show
 
 IpProtocol = Literal["TCP", "UDP", "ICMP", "SCTP"]
 Enforcement = Literal["cilium", "kubernetes"]
 Direction = Literal["egress", "ingress"]
 Policy = Mapping[str, Any]
 
-_WORLD_V4: Final = "93.184.216.34"
-_WORLD_V6: Final = "2606:2800:21f:cb07:6820:80da:af6b:8b2c"
+# Some public address of each IP version, standing for `world`.
+_WORLD: Final = {4: "93.184.216.34", 6: "2606:2800:21f:cb07:6820:80da:af6b:8b2c"}
 _ENTITIES: Final = frozenset(
     {"all", "world", "world-ipv4", "world-ipv6", "cluster", "host", "remote-node"}
     | {"kube-apiserver", "health", "init", "ingress", "unmanaged", "none"}
@@ -91,10 +93,6 @@ _NOT_MODELLED: Final = frozenset(
     | {"fromRequires", "authentication"}
 )
 _DNS_CHARS: Final = "[-a-z0-9_]"
-
-
-class NotModelledError(ValueError):
-    """A policy uses a feature the evaluator does not model; no verdict would be trustworthy."""
 
 
 @dataclass(frozen=True)
@@ -191,13 +189,13 @@ def _compile(
     specs: list[_Spec] = []
     for manifest in policies:
         kind, metadata = manifest.get("kind"), manifest.get("metadata") or {}
-        if kind not in ("CiliumNetworkPolicy", "CiliumClusterwideNetworkPolicy", "NetworkPolicy"):
+        if kind not in (CNP, CCNP, "NetworkPolicy"):
             continue  # not a policy: callers may pass every rendered object
         if enforcement == "kubernetes" and kind != "NetworkPolicy":
             continue
         name = metadata.get("name", "<unnamed>")
         namespace = None
-        if kind != "CiliumClusterwideNetworkPolicy":
+        if kind != CCNP:
             namespace = metadata.get("namespace") or default_namespace
             if namespace is None:
                 raise ValueError(f"{kind} {name} has no metadata.namespace; pass namespace=")
@@ -214,53 +212,11 @@ def _compile(
 # --------------------------------------------------------------------------- selectors
 
 
-def _key(key: str) -> str:
-    # Cilium label sources: k8s: and any: both match Kubernetes labels; reserved: stays.
-    for source in ("k8s:", "any:"):
-        if key.startswith(source):
-            return key[len(source) :]
-    return key
-
-
-def _selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """Kubernetes label-selector semantics; NotIn and DoesNotExist match an absent key."""
-    for raw, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(_key(raw)) != ("" if value is None else value):
-            return False
-    for expression in selector.get("matchExpressions") or []:
-        key, operator = _key(expression["key"]), expression["operator"]
-        values = expression.get("values") or []
-        if operator == "In":
-            ok = key in labels and labels[key] in values
-        elif operator == "NotIn":
-            ok = key not in labels or labels[key] not in values
-        elif operator in ("Exists", "DoesNotExist"):
-            ok = (key in labels) == (operator == "Exists")
-        else:
-            raise NotModelledError(f"label selector operator {operator!r}")
-        if not ok:
-            return False
-    return True
-
-
-def _selector_keys(selector: Mapping[str, Any]) -> set[str]:
-    keys = {_key(k) for k in selector.get("matchLabels") or {}}
-    return keys | {_key(e["key"]) for e in selector.get("matchExpressions") or []}
-
-
-def _show(selector: Mapping[str, Any]) -> str:
-    parts = [f"{_key(k)}={v}" for k, v in (selector.get("matchLabels") or {}).items()]
-    for e in selector.get("matchExpressions") or []:
-        values = f" ({','.join(e.get('values') or [])})" if e.get("values") else ""
-        parts.append(f"{_key(e['key'])} {e['operator']}{values}")
-    return "{" + ", ".join(parts) + "}"
-
-
 def _subject_of(spec: _Spec, pod: Workload, env: Environment) -> bool:
     if spec.namespace is not None and pod.namespace != spec.namespace:
         return False
     labels = pod.labels if spec.flavour == "kubernetes" else env.endpoint_labels(pod)
-    return _selects(spec.selector, labels)
+    return selects(spec.selector, labels)
 
 
 # --------------------------------------------------------------------------- rule matching
@@ -302,10 +258,10 @@ def _reserved_labels(at: _At) -> dict[str, str]:
 
 
 def _endpoint_peer(sel: Mapping[str, Any], at: _At) -> bool:
-    keys = _selector_keys(sel)
+    keys = selector_keys(sel)
     if any(k.startswith("reserved:") for k in keys):
         # Entities are selectors on reserved labels; honour them where written directly.
-        return _selects(sel, {f"reserved:{e}": "" for e in at.peer.entities(at.here)})
+        return selects(sel, {f"reserved:{e}": "" for e in at.peer.entities(at.here)})
     scoped = at.spec.namespace is not None and NAMESPACE_LABEL not in keys
     pod = at.peer.pod
     if pod is None:
@@ -314,10 +270,10 @@ def _endpoint_peer(sel: Mapping[str, Any], at: _At) -> bool:
         # matched against the reserved identity's own labels.
         if scoped or at.ctx.env.policy_default_local_cluster:
             return False
-        return _selects(sel, _reserved_labels(at))
+        return selects(sel, _reserved_labels(at))
     if scoped and pod.namespace != at.spec.namespace:
         return False
-    return _selects(sel, at.ctx.env.endpoint_labels(pod))
+    return selects(sel, at.ctx.env.endpoint_labels(pod))
 
 
 def _dns_match(selector: Mapping[str, str], name: str) -> bool:
@@ -367,7 +323,7 @@ def _item_match(key: str, item: Any, at: _At) -> bool:
 
 def _show_item(key: str, item: Any) -> str:
     if key.endswith("Endpoints"):
-        return _show(item)
+        return show(item)
     if key.endswith("CIDRSet"):
         excepts = item.get("except") or []
         return f"{item['cidr']}" + (f" except {', '.join(excepts)}" if excepts else "")
@@ -496,17 +452,13 @@ def _np_peer(item: Mapping[str, Any], at: _At) -> str | None:
         (namespaces is None and peer.pod.namespace == spec.namespace)
         or (
             namespaces is not None
-            and _selects(namespaces, at.ctx.env.namespace_labels_of(peer.pod.namespace))
+            and selects(namespaces, at.ctx.env.namespace_labels_of(peer.pod.namespace))
         )
     )
-    if (
-        not matches
-        or peer.pod is None
-        or (pods is not None and not _selects(pods, peer.pod.labels))
-    ):
+    if not matches or peer.pod is None or (pods is not None and not selects(pods, peer.pod.labels)):
         return None
     selectors = (("namespaceSelector", namespaces), ("podSelector", pods))
-    return " ".join(f"{k} {_show(s)}" for k, s in selectors if s is not None)
+    return " ".join(f"{k} {show(s)}" for k, s in selectors if s is not None)
 
 
 def _np_match(at: _At, direction: Direction) -> _Match:
@@ -644,7 +596,7 @@ class _Source:
             ips = [ip_address(i) for i in owned]
             ip = next((i for i in ips if i.version == version), ips[0])
             return Identity(ip, self.pod, self.node, env.is_apiserver(ip))
-        ip = self.ip or ip_address(_WORLD_V4 if version == 4 else _WORLD_V6)  # noqa: PLR2004
+        ip = self.ip or ip_address(_WORLD[version])
         return Identity(ip, apiserver=env.is_apiserver(ip))
 
 
@@ -678,7 +630,7 @@ class _Target:
 
 def _addresses(ref: str, env: Environment, version: int) -> tuple[list[Address], str]:
     if ref == "world":
-        return [ip_address(_WORLD_V4 if version == 4 else _WORLD_V6)], ""  # noqa: PLR2004
+        return [ip_address(_WORLD[version])], ""
     ip = _literal(ref)
     if ip is not None:
         return [ip], ""

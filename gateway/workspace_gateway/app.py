@@ -94,7 +94,7 @@ def build_app(backend: Backend, http: httpx.AsyncClient, *, keys: Keys, domain: 
     return app
 
 
-async def _control(  # noqa: PLR0917
+async def _control(  # noqa: PLR0917  # the ASGI call's parts
     control: Control, keys: Keys, entry: audit.Entry, scope: Scope, receive: Receive, send: Send
 ) -> None:
     principal = await keys.principal(credential(scope), namespace=header(scope, NAMESPACE_HEADER))

@@ -197,6 +197,6 @@ class SecretKeys(BoundKeys):
         try:
             self.core.delete_namespaced_secret(SECRET_PREFIX + key_id, self.namespace)
         except ApiException as e:
-            if e.status == 404:  # noqa: PLR2004
+            if e.status == 404:  # noqa: PLR2004  # HTTP Not Found
                 raise GatewayError(404, f"no key {key_id}") from None
             raise

@@ -48,16 +48,16 @@ def main(argv: list[str]) -> None:
     try:
         if args.command == "create":
             key, record = store.create(args.namespace)
-            print(f"key ID:    {record.key_id}")  # noqa: T201
-            print(f"namespace: {record.namespace}")  # noqa: T201
-            print(f"API key:   {key}")  # noqa: T201
-            print("The key is shown only now; the cluster keeps its hash.", file=sys.stderr)  # noqa: T201
+            print(f"key ID:    {record.key_id}")  # noqa: T201  # the command's output
+            print(f"namespace: {record.namespace}")  # noqa: T201  # the command's output
+            print(f"API key:   {key}")  # noqa: T201  # the command's output
+            print("The key is shown only now; the cluster keeps its hash.", file=sys.stderr)  # noqa: T201  # the command's output
         elif args.command == "list":
             for r in store.list():
-                print(f"{r.key_id}  {r.namespace}  {r.created}")  # noqa: T201
+                print(f"{r.key_id}  {r.namespace}  {r.created}")  # noqa: T201  # the command's output
         else:
             store.revoke(args.key_id)
-            print(f"revoked {args.key_id}")  # noqa: T201
+            print(f"revoked {args.key_id}")  # noqa: T201  # the command's output
     except GatewayError as e:
         sys.exit(f"workspace-sandbox-gateway keys: {e.message}")
     except ApiException as e:

@@ -443,7 +443,7 @@ class KubernetesBackend:
         }
         headers = {"X-Access-Token": sandbox.access_token}
         answer = await self.http.post(url + "/init", json=body, headers=headers, timeout=10.0)
-        if answer.status_code != 204:  # noqa: PLR2004
+        if answer.status_code != 204:  # noqa: PLR2004  # HTTP No Content
             raise GatewayError(500, f"the sandbox's agent refused /init: {answer.text[:200]}")
 
     async def _get(self, namespace: str, sandbox_id: str) -> dict[str, Any]:
@@ -488,7 +488,7 @@ class KubernetesBackend:
                     _content_type=MERGE_PATCH,
                 )
             except GatewayError as e:
-                if e.status != 409:  # noqa: PLR2004
+                if e.status != 409:  # noqa: PLR2004  # HTTP Conflict
                     raise
                 continue
             return obj
@@ -515,14 +515,14 @@ class KubernetesBackend:
         try:
             return await asyncio.to_thread(method, *args, **kwargs)
         except ApiException as e:
-            if e.status == 404 and missing is not None:  # noqa: PLR2004
+            if e.status == 404 and missing is not None:  # noqa: PLR2004  # HTTP Not Found
                 raise not_found(missing) from None
-            if e.status == 409:  # noqa: PLR2004
+            if e.status == 409:  # noqa: PLR2004  # HTTP Conflict
                 raise GatewayError(409, "the sandbox changed meanwhile; try again") from None
             if e.status in {400, 422}:
                 # The API server or the platform's admission refused what the caller asked for.
                 raise GatewayError(400, f"the platform refused the sandbox: {refusal(e)}") from None
-            if e.status == 403:  # noqa: PLR2004
+            if e.status == 403:  # noqa: PLR2004  # HTTP Forbidden
                 raise forbidden(e) from None
             log.error("the cluster answered %s: %s", e.status, e.reason)
             raise GatewayError(502, "the cluster did not answer as expected") from None

@@ -20,7 +20,7 @@ def open_cluster(args: argparse.Namespace) -> tuple[KubernetesBackend, Keys, Ele
         sys.exit("workspace-sandbox-gateway: --kubernetes needs --templates and --token-seed-file")
     if args.token_audience and args.auth != "kubernetes-tokens":
         sys.exit("workspace-sandbox-gateway: --token-audience goes with --auth kubernetes-tokens")
-    if not 0 < args.agent_port < 65536:  # noqa: PLR2004
+    if not 0 < args.agent_port < 65536:  # noqa: PLR2004  # the port range
         sys.exit("workspace-sandbox-gateway: --agent-port must be a port number")
     try:
         mapping = templates.load(args.templates)

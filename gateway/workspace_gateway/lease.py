@@ -54,7 +54,7 @@ class MicroTime(datetime):
     `isoformat`, which drops the fraction when it is zero: a MicroTime the API server refuses.
     """
 
-    def isoformat(self, sep: str = "T", timespec: str = "auto") -> str:  # noqa: ARG002
+    def isoformat(self, sep: str = "T", timespec: str = "auto") -> str:  # noqa: ARG002  # datetime's signature
         return self.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
@@ -118,7 +118,7 @@ class Elector:
                 NAME, self.namespace, _request_timeout=CALL_TIMEOUT
             )
         except ApiException as e:
-            if e.status != 404:  # noqa: PLR2004
+            if e.status != 404:  # noqa: PLR2004  # HTTP Not Found
                 raise
             body = self._lease(now, None)
             return self._write(lambda: self._create(body), now)
@@ -232,7 +232,7 @@ class Elector:
         try:
             call()
         except ApiException as e:
-            if e.status != 409:  # noqa: PLR2004
+            if e.status != 409:  # noqa: PLR2004  # HTTP Conflict
                 raise
             return self.leading()  # another replica wrote first; a leader's term still runs out
         self.renewed = now

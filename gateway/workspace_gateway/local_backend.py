@@ -231,7 +231,7 @@ class LocalBackend:
             "timestamp": datetime.now(UTC).isoformat(),
         }
         answer = await self.http.post(endpoint + "/init", json=init)
-        if answer.status_code != 204:  # noqa: PLR2004
+        if answer.status_code != 204:  # noqa: PLR2004  # HTTP No Content
             raise GatewayError(500, f"the sandbox's agent refused /init: {answer.text[:200]}")
         entry.sandbox = replace(
             entry.sandbox, state=State.RUNNING, endpoint=endpoint, envd_version=version

@@ -34,7 +34,7 @@ log = logging.getLogger("workspace_gateway")
 def address(text: str) -> tuple[str, int]:
     """HOST:PORT, with IPv6 hosts in brackets."""
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:  # noqa: PLR2004
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:  # noqa: PLR2004  # the port range
         msg = f"{text!r} is not HOST:PORT"
         raise argparse.ArgumentTypeError(msg)
     return host.strip("[]"), int(port)
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"workspace-sandbox-gateway: {err}")
     setup_logging(args.log_level)
     if args.kubernetes:
-        from workspace_gateway import kubernetes_main  # noqa: PLC0415
+        from workspace_gateway import kubernetes_main  # noqa: PLC0415  # only the cluster mode needs it
 
         backend, cluster_keys, elector = kubernetes_main.open_cluster(args)
         asyncio.run(serve(backend, args, cluster_keys, elector))
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"workspace-sandbox-gateway: {AGENT} is neither beside Python nor on PATH")
     key = args.api_key or new_key()
     if not args.api_key:
-        print(f"API key: {key}", flush=True)  # noqa: T201
+        print(f"API key: {key}", flush=True)  # noqa: T201  # the operator must see the key
     log.warning(
         "local mode: sandboxes are processes of this user on this machine, with no isolation"
     )

@@ -94,7 +94,7 @@ def _template(name: str, value: object, where: str) -> Template:
     if unknown:
         raise TemplateError(f"{where}: templates.{name} has unknown fields {sorted(unknown)}")
     image, preset = value.get("image"), value.get("preset")
-    if not isinstance(image, str) or not 0 < len(image) <= 63:  # noqa: PLR2004
+    if not isinstance(image, str) or not 0 < len(image) <= 63:  # noqa: PLR2004  # spec.image's maxLength
         raise TemplateError(f"{where}: templates.{name}.image must be an image name")
     if preset is not None and (not isinstance(preset, str) or not PRESET.fullmatch(preset)):
         raise TemplateError(f"{where}: templates.{name}.preset must be a preset name")

@@ -296,7 +296,7 @@ def test_the_keys_names_reads_are_the_keys_the_modules_compose() -> None:
         network_policy.KUBERNETES_KEY,
         network_policy.CILIUM_KEY,
     }
-    assert names._PLANE_KEY == plane.PLANE_KEY
-    assert names._PROVIDER_CONFIG_KEY == plane.PROVIDER_CONFIG_KEY
-    assert names._NAMESPACE_KEY == plane.NAMESPACE_KEY
-    assert names._SERVICE_ACCOUNT_KEY == service_account.KEY
+    assert names.PLANE_KEY == plane.PLANE_KEY
+    assert names.PROVIDER_CONFIG_KEY == plane.PROVIDER_CONFIG_KEY
+    assert names.PLANE_NAMESPACE_KEY == plane.NAMESPACE_KEY
+    assert names.SERVICE_ACCOUNT_KEY == service_account.KEY
