@@ -1,4 +1,4 @@
-"""The destinations no sandbox may reach, by address: DESIGN.md section 6, pinned.
+"""The destinations no sandbox may reach, by address: the invariants of docs/security.md, pinned.
 
 Decisions use these lists, never `ipaddress.is_private`/`is_global`: those call CGNAT neither
 private nor global, miss the IPv4-embedding IPv6 prefixes, and move between Python versions.
