@@ -1,7 +1,8 @@
 """Isolation proven: rendered policies, with and without Cozystack's baseline, over flows.
 
-Each table row is one flow and the verdict the invariants in docs/security.md demand. The same tables run
-against deliberately broken policies to show that the evaluator would catch each weakening.
+Each table row is one flow and the verdict the invariants in docs/security.md demand. The same
+tables run against deliberately broken policies to show that the evaluator would catch each
+weakening.
 Every table runs under both values of Cilium's `policy-default-local-cluster`: the verdicts
 may not depend on it.
 """
