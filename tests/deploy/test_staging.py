@@ -9,6 +9,8 @@ import yaml
 from function.model import parse
 from function.model.platform import SandboxPlatform
 from function.render import render
+from tests.deploy.admission import COMPOSITION_MESSAGE, PLATFORM_CHOICE, sandbox_request, verdict
+from tests.deploy.install import TENANT, xrd
 from tests.schemas import _default, _Pinned, _xr_schema
 from tests.support import (
     EXAMPLES,
@@ -22,7 +24,6 @@ from tests.support import (
     workspace,
     xr,
 )
-from tests.test_deploy import MESSAGE, PLATFORM_CHOICE, TENANT, sandbox_request, verdict, xrd
 
 GUIDE = ROOT / "docs" / "platform-guide.md"
 POLICY = "workspacesandbox-composition"
@@ -62,7 +63,7 @@ def test_a_manual_default_update_policy_would_lock_tenants_out_of_new_sandboxes(
     # later write of its owner carries it.
     manual = stored(created, "Manual")
     assert manual["spec"]["crossplane"]["compositionUpdatePolicy"] == "Manual"
-    refused = [MESSAGE.format("compositionUpdatePolicy")]
+    refused = [COMPOSITION_MESSAGE.format("compositionUpdatePolicy")]
     assert admission(suspended(manual), manual) == refused
     # With the shipped default, the same write is admitted.
     automatic = stored(created, "Automatic")
