@@ -9,7 +9,7 @@ from celpy import celtypes
 from celpy.adapter import json_to_cel
 
 from tests.deploy.install import find
-from tests.schemas import _compile_rule
+from tests.schemas import compile_rule
 from tests.support import (
     NAMESPACE,
 )
@@ -22,7 +22,7 @@ COMPOSITION_REVISION = "workspacesandbox-3f9c2a1"
 
 
 def evaluate(expression: str, activation: dict[str, Any]) -> bool:
-    result = _compile_rule(expression).runner.evaluate(activation)
+    result = compile_rule(expression).runner.evaluate(activation)
     assert isinstance(result, celtypes.BoolType), expression
     return bool(result)
 
@@ -113,7 +113,7 @@ def verdict(
     variables: dict[celtypes.StringType, Any] = {}
     for variable in spec.get("variables", []):
         activation["variables"] = celtypes.MapType(variables)
-        rule = _compile_rule(variable["expression"])
+        rule = compile_rule(variable["expression"])
         variables[celtypes.StringType(variable["name"])] = rule.runner.evaluate(activation)
     activation["variables"] = celtypes.MapType(variables)
     return [v["message"] for v in spec["validations"] if not evaluate(v["expression"], activation)]

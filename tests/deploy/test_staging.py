@@ -11,7 +11,7 @@ from function.model.platform import SandboxPlatform
 from function.render import render
 from tests.deploy.admission import COMPOSITION_MESSAGE, PLATFORM_CHOICE, sandbox_request, verdict
 from tests.deploy.install import TENANT, xrd
-from tests.schemas import _default, _Pinned, _xr_schema
+from tests.schemas import apply_defaults, generated_xr_schema
 from tests.support import (
     EXAMPLES,
     NOW,
@@ -41,10 +41,10 @@ def stored(obj: dict[str, Any], default_update_policy: str) -> dict[str, Any]:
     """`obj` after Crossplane selected its Composition, defaulted by the API server."""
     staged = copy.deepcopy(xrd())
     staged["spec"]["defaultCompositionUpdatePolicy"] = default_update_policy
-    schema = _xr_schema(_Pinned(staged), "v1alpha1")
+    schema = generated_xr_schema(staged, "v1alpha1")
     selected = copy.deepcopy(obj)
     selected["spec"]["crossplane"] = copy.deepcopy(PLATFORM_CHOICE)
-    out: dict[str, Any] = _default(selected, schema)
+    out: dict[str, Any] = apply_defaults(selected, schema)
     return out
 
 

@@ -25,7 +25,7 @@ from function.compose.names import (
 from function.model import Manifest
 from function.model.platform import SandboxPlatform
 from function.render import Rendered, render
-from tests.schemas import _compile_rule
+from tests.schemas import compile_rule
 from tests.support import (
     NAMESPACE,
     NOW,
@@ -189,7 +189,7 @@ def plane_world(
 
 @cache
 def _query(text: str) -> Any:
-    return _compile_rule(text).runner
+    return compile_rule(text).runner
 
 
 def cel(query: str, obj: Mapping[str, Any]) -> bool:
