@@ -42,7 +42,7 @@ from tests.plane.provider import (
     provisioned,
     run,
 )
-from tests.policy.test_isolation import ALICE_POD
+from tests.policy.isolation import ALICE_POD
 from tests.support import (
     NAMESPACE,
     PLATFORM,

@@ -27,7 +27,7 @@ from function.policy import (
 from function.render import render
 from tests.plane.environment import from_alice, into_alice, plane_environment
 from tests.plane.provider import BOTH, IDENTITY, IN_PLANE, SHARED, Placement, converge, inner
-from tests.policy.test_isolation import ALICE_POD, POD_TABLE
+from tests.policy.isolation import ALICE_POD, POD_TABLE
 from tests.support import (
     NOW,
     PLATFORM,
