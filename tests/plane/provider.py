@@ -6,14 +6,11 @@ Object's own readiness query, evaluated with cel-python over that object. So the
 also exercise the queries the provider will run.
 """
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from functools import cache
 from typing import Any
 
 import pytest
-from celpy import celtypes
-from celpy.adapter import json_to_cel
 
 from function.compose.names import (
     new_identity,
@@ -25,7 +22,7 @@ from function.compose.names import (
 from function.model import Manifest
 from function.model.platform import SandboxPlatform
 from function.render import Rendered, render
-from tests.schemas import compile_rule
+from tests.cluster import Observed, applied
 from tests.support import (
     NAMESPACE,
     NOW,
@@ -36,7 +33,6 @@ from tests.support import (
     workspace,
 )
 
-Observed = dict[str, Manifest]
 Required = dict[str, list[Manifest]]
 
 OBJECT_API = "kubernetes.m.crossplane.io/v1alpha1"
@@ -187,107 +183,6 @@ def plane_world(
     return {}, {**required, "compute-plane": found}
 
 
-@cache
-def _query(text: str) -> Any:
-    return compile_rule(text).runner
-
-
-def cel(query: str, obj: Mapping[str, Any]) -> bool:
-    """The provider's verdict: `query` over the wrapped object as observed."""
-    result = _query(query).evaluate({"object": json_to_cel(dict(obj))})
-    assert isinstance(result, celtypes.BoolType), query
-    return bool(result)
-
-
-def settled(manifest: Manifest) -> dict[str, Any] | None:
-    """The status a wrapped object reaches in a healthy plane; None for kinds without one."""
-    kind, spec = manifest["kind"], manifest.get("spec", {})
-    if kind == "Namespace":
-        return {"phase": "Active"}
-    if kind == "PersistentVolumeClaim":
-        size = spec["resources"]["requests"]["storage"]
-        return {"phase": "Bound", "accessModes": ["ReadWriteOnce"], "capacity": {"storage": size}}
-    if kind == "StatefulSet":
-        # The API server omits zero counts but not `replicas`.
-        n = spec["replicas"]
-        return {"replicas": n, "readyReplicas": n, "availableReplicas": n} if n else {"replicas": 0}
-    if kind == "Sandbox":
-        running = spec["operatingMode"] == "Running"
-        return {"conditions": [_sandbox_ready(running), _sandbox_suspended(not running)]}
-    if kind == "VolumeSnapshot":
-        return {"readyToUse": True, "restoreSize": "20Gi", "creationTime": "2026-11-29T11:00:00Z"}
-    return None
-
-
-def _sandbox_ready(ready: bool) -> dict[str, str]:
-    if ready:
-        return api_condition("Ready", "True", "DependenciesReady")
-    return api_condition("Ready", "False", "SandboxSuspended")
-
-
-def _sandbox_suspended(held: bool) -> dict[str, str]:
-    return api_condition("Suspended", str(held), "Suspended" if held else "Running")
-
-
-def api_condition(kind: str, status: str, reason: str = "") -> dict[str, str]:
-    return {
-        "type": kind,
-        "status": status,
-        "reason": reason or kind,
-        "message": "",
-        "lastTransitionTime": "2026-11-29T11:59:00Z",
-    }
-
-
-def seen(obj: Manifest, status: Mapping[str, Any] | None, *, applied: bool = True) -> Manifest:
-    """An Object as provider-kubernetes reports it once it has applied the wrapped object.
-
-    Ready follows the Object's readiness policy over the wrapped object; `applied=False` is an
-    Object whose apply failed, never Ready.
-    """
-    inner = obj["spec"]["forProvider"]["manifest"]
-    observed = {**inner, "status": dict(status)} if status is not None else dict(inner)
-    readiness = obj["spec"]["readiness"]
-    ready = applied and (
-        readiness["policy"] == "SuccessfulCreate" or cel(readiness["celQuery"], observed)
-    )
-    condition = {
-        "type": "Ready",
-        "status": "True" if ready else "False",
-        "reason": "Available" if ready else "Unavailable",
-        "lastTransitionTime": "2026-11-29T11:59:00Z",
-    }
-    return {
-        **obj,
-        "metadata": {**obj["metadata"], "namespace": NAMESPACE},
-        "status": {"atProvider": {"manifest": observed}, "conditions": [condition]},
-    }
-
-
-def provide(out: Rendered, *, hold: Iterable[str] = (), failed: Iterable[str] = ()) -> Observed:
-    """What Crossplane observes after applying `out`: every resource but the plane itself.
-
-    Objects in `hold` exist but their wrapped object has no status yet; those in `failed`
-    could not be applied.
-    """
-    hold, failed = set(hold), set(failed)
-    observed: Observed = {}
-    for key, m in out.resources.items():
-        if m["kind"] == "ComputePlane":
-            continue  # the plane's state is the world's: plane_world()
-        if m["kind"] != "Object":
-            observed[key] = {**m, "metadata": {**m["metadata"], "namespace": NAMESPACE}}
-            if m["kind"] == "Usage":
-                # Crossplane's usage controller, once it has labelled what is used.
-                available = {"type": "Ready", "status": "True", "reason": "Available"}
-                observed[key]["status"] = {"conditions": [available]}
-            continue
-        inner = m["spec"]["forProvider"]["manifest"]
-        status = None if key in hold else settled(inner)
-        observed[key] = seen(m, status, applied=key not in failed)
-    return observed
-
-
 def run(
     p: Placement,
     spec: Mapping[str, Any] | None = None,
@@ -310,7 +205,7 @@ def converge(
     now = dict(observed or {})
     for _ in range(8):
         out = run(p, spec, {**now, **world}, required, name)
-        after = provide(out)
+        after = applied(out)
         if after == now:
             return out, {**now, **world}
         now = after

@@ -26,6 +26,7 @@ from function.policy import (
     outlives,
 )
 from function.policy.environment import PLANE_CLUSTER
+from tests.cluster import applied
 from tests.plane.environment import from_alice, into_alice, plane_environment
 from tests.plane.provider import (
     BOTH,
@@ -38,7 +39,6 @@ from tests.plane.provider import (
     inner,
     plane_world,
     pod_spec,
-    provide,
     provisioned,
     run,
 )
@@ -89,11 +89,11 @@ def test_the_guard_is_placed_first_cluster_wide_and_never_deleted() -> None:
 @pytest.mark.parametrize("p", PLACEMENTS)
 def test_the_workload_waits_for_the_workers_policy(p: Placement) -> None:
     world, required = plane_world(p)
-    observed = provide(run(p, {}, world, required))
+    observed = applied(run(p, {}, world, required))
     del observed["plane-workers"]
     for _ in range(4):
         out = run(p, {}, {**observed, **world}, required)
-        observed = {k: v for k, v in provide(out).items() if k != "plane-workers"}
+        observed = {k: v for k, v in applied(out).items() if k != "plane-workers"}
     assert p.workload not in out.resources
     assert provisioned(out)[2].endswith("waiting for plane-workers")
 

@@ -6,15 +6,14 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.cluster import Observed, applied
 from tests.plane.provider import (
     PLACEMENTS,
-    Observed,
     Placement,
     expected_violations,
     inner,
     plane_world,
     pod_spec,
-    provide,
     run,
 )
 from tests.pod_security import all_violations
@@ -87,6 +86,6 @@ def test_placed_sandboxes_stay_in_their_namespace_and_keep_their_claim(
                 assert all_violations(pod_spec(wrapped), service_account=account) == (
                     expected_violations(p)
                 )
-        observed = provide(out)
+        observed = applied(out)
     assert claimed
     assert len(namespaces) == 1

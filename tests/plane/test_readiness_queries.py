@@ -13,6 +13,7 @@ from function.compose.kubernetes_object import (
     condition_query,
 )
 from function.model import Manifest
+from tests.cluster import api_condition, cel
 from tests.plane.provider import (
     AGENT_SANDBOX,
     CLAIM,
@@ -21,8 +22,6 @@ from tests.plane.provider import (
     PLACEMENTS,
     SHARED,
     Placement,
-    api_condition,
-    cel,
     converge,
     inner,
 )

@@ -23,6 +23,7 @@ from function.errors import FieldError
 from function.fn import FunctionRunner
 from function.model import Manifest
 from function.render import Rendered, render
+from tests.cluster import Observed, applied
 from tests.plane.provider import (
     ALICE_API,
     BOTH,
@@ -38,7 +39,6 @@ from tests.plane.provider import (
     PROVIDER_CONFIG,
     SHARED,
     STAGE_TWO,
-    Observed,
     Placement,
     Required,
     converge,
@@ -46,7 +46,6 @@ from tests.plane.provider import (
     plane_world,
     pod_spec,
     pod_template,
-    provide,
     provisioned,
     run,
 )
@@ -238,7 +237,7 @@ def _after(p: Placement, spec: Mapping[str, Any], steps: int, **provider: Any) -
     observed: Observed = {}
     for i in range(steps + 1):
         out = run(p, spec, {**observed, **world}, required)
-        observed = provide(out, **(provider if i == steps - 1 else {}))
+        observed = applied(out, **(provider if i == steps - 1 else {}))
     return out
 
 
@@ -432,7 +431,7 @@ def test_suspending_scales_the_pod_away_and_keeps_the_claim(p: Placement) -> Non
         ("Suspended", "False", "Suspending", stopping),
     ]
 
-    stopped = run(p, {"power": "Suspended"}, {**provide(out), **world}, required)
+    stopped = run(p, {"power": "Suspended"}, {**applied(out), **world}, required)
     assert stopped.status == _status(
         p,
         "Suspended",
