@@ -23,11 +23,12 @@ false"``, so a failing assertion says what to fix.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
+
+from tests.schemas.quantity import parse_quantity
 
 __all__ = ["all_violations", "restricted_violations", "stricter_violations"]
 
@@ -362,40 +363,12 @@ def restricted_violations(pod_spec: Mapping[str, Any], *, path: str = "spec") ->
 
 # -- stricter: sandbox pods --------------------------------------------------------------------
 
-_QUANTITY: Final = re.compile(
-    r"(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
-    r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?"
-)
-_BINARY_SUFFIX: Final = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
-_DECIMAL_SUFFIX: Final = {
-    "n": -9,
-    "u": -6,
-    "m": -3,
-    "k": 3,
-    "M": 6,
-    "G": 9,
-    "T": 12,
-    "P": 15,
-    "E": 18,
-    "": 0,
-}
-
 
 def _quantity(value: object) -> Decimal | None:
     """The exact value of a Kubernetes quantity, or None if ``value`` is not one."""
     if _is_int(value) or isinstance(value, float):
         value = str(value)
-    match = _QUANTITY.fullmatch(value) if isinstance(value, str) else None
-    if match is None:
-        return None
-    suffix = match["suffix"] or ""
-    if suffix in _BINARY_SUFFIX:
-        scale = Decimal(1024) ** _BINARY_SUFFIX[suffix]
-    elif suffix in _DECIMAL_SUFFIX:
-        scale = Decimal(10) ** _DECIMAL_SUFFIX[suffix]
-    else:  # a decimal exponent such as e3
-        scale = Decimal(10) ** int(suffix[1:])
-    return Decimal(match["number"]) * scale
+    return parse_quantity(value) if isinstance(value, str) else None
 
 
 def _service_account(

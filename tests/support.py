@@ -23,6 +23,8 @@ COMPOSITION = ROOT / "function" / "compositions" / "workspacesandbox.yaml"
 EXAMPLES = sorted(p.parent for p in (ROOT / "examples").glob("*/xr.yaml"))
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 NAMESPACE = "tenant-acme"
+NOW_ARG = "2026-11-29T12:00:00Z"
+"""NOW as the `workspace-sandbox render --now` option takes it."""
 
 
 @cache
@@ -167,3 +169,13 @@ def wait_until_serving(proc: subprocess.Popen[bytes], channel: grpc.Channel) -> 
             if proc.poll() is not None or time.monotonic() > deadline:
                 out = proc.stdout.read().decode() if proc.stdout else ""
                 pytest.fail(f"server did not start: {out}")
+
+
+def render_args(case: Path) -> list[str]:
+    """The `workspace-sandbox render` arguments for an example: its xr and what it observes."""
+    args = ["render", str(case / "xr.yaml"), "--include-results", "--now", NOW_ARG]
+    if (case / "observed.yaml").exists():
+        args += ["--observed", str(case / "observed.yaml")]
+    if (case / "required.yaml").exists():
+        args += ["--required", str(case / "required.yaml")]
+    return args

@@ -13,19 +13,17 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 from function import offline
 from function.fn import FunctionRunner
 from function.main import cli
-from tests.support import AGENT_COMPOSITION, COMPOSITION, EXAMPLES, ROOT, load_stream
+from tests.support import (
+    AGENT_COMPOSITION,
+    COMPOSITION,
+    EXAMPLES,
+    NOW_ARG,
+    ROOT,
+    load_stream,
+    render_args,
+)
 
 GOLDEN = ROOT / "tests" / "golden"
-NOW = "2026-11-29T12:00:00Z"
-
-
-def render_args(case: Path) -> list[str]:
-    args = ["render", str(case / "xr.yaml"), "--include-results", "--now", NOW]
-    if (case / "observed.yaml").exists():
-        args += ["--observed", str(case / "observed.yaml")]
-    if (case / "required.yaml").exists():
-        args += ["--required", str(case / "required.yaml")]
-    return args
 
 
 @pytest.mark.parametrize("case", EXAMPLES, ids=[c.name for c in EXAMPLES])
@@ -190,7 +188,7 @@ OBSERVED, REQUIRED = str(PLANE / "observed.yaml"), str(PLANE / "required.yaml")
 
 
 def render_plane(*flags: str) -> str:
-    args = ["render", str(PLANE / "xr.yaml"), "--now", NOW, *flags]
+    args = ["render", str(PLANE / "xr.yaml"), "--now", NOW_ARG, *flags]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     return result.stdout

@@ -1,6 +1,5 @@
 """Random lives of one sandbox: spec edits with simulated cluster feedback never lose data."""
 
-import json
 from datetime import timedelta
 from typing import Any
 
@@ -12,6 +11,7 @@ from function.errors import FieldError
 from function.model.platform import SandboxPlatform
 from function.model.quantity import parse_bytes
 from function.render import Rendered, render
+from tests.cluster import applied
 from tests.support import NOW, owned, platform, platform_input, workspace
 
 DEBIAN = "docker.io/library/debian@sha256:" + "ab" * 32
@@ -45,38 +45,6 @@ def _platform(base: str) -> SandboxPlatform:
 
 
 snapshot_names = st.sampled_from(["a", "b", "c", "nightly"])
-
-
-def _simulate(desired: dict[str, Any]) -> dict[str, Any]:
-    """What the cluster would report after applying `desired`: objects exist and settle."""
-    out = {}
-    for key, manifest in desired.items():
-        obj = json.loads(json.dumps(manifest))
-        if manifest["kind"] == "DataVolume":
-            obj["status"] = {"phase": "Succeeded"}
-        if manifest["kind"] == "VirtualMachine":
-            halted = manifest["spec"]["runStrategy"] == "Halted"
-            obj["status"] = (
-                {"printableStatus": "Stopped"}
-                if halted
-                else {"printableStatus": "Running", "ready": True}
-            )
-        if manifest["kind"] == "VolumeSnapshot":
-            obj["status"] = {"readyToUse": True, "restoreSize": "20Gi"}
-        if manifest["kind"] == "PersistentVolumeClaim":
-            obj["spec"]["volumeMode"] = "Filesystem"
-            obj["status"] = {"phase": "Bound"}
-        if manifest["kind"] == "Sandbox":
-            mode = "Suspended" if manifest["spec"]["operatingMode"] == "Suspended" else "Ready"
-            obj["status"] = {"conditions": [{"type": mode, "status": "True"}]}
-        if manifest["kind"] == "Object":
-            inner = manifest["spec"]["forProvider"]["manifest"]
-            obj["status"] = {
-                "conditions": [{"type": "Ready", "status": "True"}],
-                "atProvider": {"manifest": inner},
-            }
-        out[key] = obj
-    return out
 
 
 def _disk(resources: dict[str, Any]) -> tuple[str, Any, int]:
@@ -120,7 +88,7 @@ class SandboxLife(RuleBasedStateMachine):
         self.disk_was_ready = bool({"workspace-volume", "workspace-claim"} & set(self.observed))
         self.taken_before = {k for k in self.observed if k.startswith("snapshot-")}
         self.last = out
-        self.observed = _simulate(out.resources)
+        self.observed = applied(out)
 
     @rule(power=st.sampled_from(["Running", "Suspended"]))
     def set_power(self, power: str) -> None:

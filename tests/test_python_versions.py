@@ -25,8 +25,7 @@ import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
 
-from tests.support import COMPOSITION, EXAMPLES, ROOT
-from tests.test_cli import NOW, render_args
+from tests.support import COMPOSITION, EXAMPLES, NOW_ARG, ROOT, render_args
 
 SUPPORTED = ("3.11", "3.12", "3.13")
 HERE = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -188,7 +187,7 @@ def cases(tmp: Path) -> list[tuple[str, list[str]]]:
     out += [
         ("guard", ["policy", "guard"]),
         ("guard with an IPv6 site list", ["policy", "guard", "--composition", str(site_v6)]),
-        ("render an IPv6 allow-list", ["render", str(v6_allow), "--now", NOW]),
+        ("render an IPv6 allow-list", ["render", str(v6_allow), "--now", NOW_ARG]),
         ("audit minimal", ["policy", "explain", str(minimal)]),
         ("audit kata", ["policy", "explain", str(kata / "xr.yaml")]),
         ("audit an IPv6 allow-list", ["policy", "explain", str(v6_allow)]),
@@ -208,10 +207,10 @@ def cases(tmp: Path) -> list[tuple[str, list[str]]]:
     out.append(("explain kubernetes enforcement", ["policy", "explain", str(minimal), *mapped]))
     for i, cidr in enumerate(BAD_CIDRS):
         bad = _xr(tmp, f"bad-{i}", {"egress": "Allowlist", "allow": [{"cidr": cidr}]})
-        out.append((f"allow {cidr}", ["render", str(bad), "--now", NOW]))
+        out.append((f"allow {cidr}", ["render", str(bad), "--now", NOW_ARG]))
     overlap = [{"cidr": "2a01:4f8::/32"}, {"cidr": "2a01:4f8:1::/48", "ports": [22]}]
     bad = _xr(tmp, "bad-overlap", {"egress": "Allowlist", "allow": overlap})
-    out.append(("allow overlapping IPv6", ["render", str(bad), "--now", NOW]))
+    out.append(("allow overlapping IPv6", ["render", str(bad), "--now", NOW_ARG]))
     platforms = {
         "site ::ffff:0:0/95": {"siteDenyCidrs": ["::ffff:0:0/95"]},
         "site ::ffff:10.0.0.0/104": {"siteDenyCidrs": ["::ffff:10.0.0.0/104"]},
@@ -224,7 +223,7 @@ def cases(tmp: Path) -> list[tuple[str, list[str]]]:
     }
     for i, (label, network) in enumerate(platforms.items()):
         composition = str(_composition(tmp, f"platform-{i}", network))
-        render = ["render", str(minimal), "--composition", composition, "--now", NOW]
+        render = ["render", str(minimal), "--composition", composition, "--now", NOW_ARG]
         out.append((f"render with {label}", render))
         out.append((f"guard with {label}", ["policy", "guard", "--composition", composition]))
     return out

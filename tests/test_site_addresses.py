@@ -28,7 +28,7 @@ from function.policy.environment import (
     UNLISTED_NODE_IPS,
 )
 from function.render import render
-from tests.policy.test_isolation import ALICE, NS
+from tests.policy.isolation import ALICE, NS
 from tests.schemas import validate
 from tests.support import (
     AGENT_WARNING,

@@ -8,14 +8,12 @@ from function.render import render
 from tests.support import NOW, PLATFORM, owned, workspace
 
 
-def workspace_status(
-    ws: Any, _: str, __: Any, observed: dict[str, Any]
+def rendered_status(
+    ws: Any, observed: dict[str, Any]
 ) -> tuple[dict[str, Any], tuple[Condition, ...], bool]:
+    """The XR status, conditions and readiness a whole render reports for `observed`."""
     out = render(ws, PLATFORM, owned(observed), NOW)
     return out.status, out.conditions, out.composite_ready
-
-
-PRESET = PLATFORM.presets["standard"]
 
 
 def dv(phase: str, **status: Any) -> dict[str, Any]:
@@ -118,9 +116,7 @@ def test_phase_follows_observed_state(
     provisioned: tuple[str, str],
     suspended: tuple[str, str],
 ) -> None:
-    status, conditions, usable = workspace_status(
-        workspace({"power": power}), "standard", PRESET, observed
-    )
+    status, conditions, usable = rendered_status(workspace({"power": power}), observed)
     assert status["phase"] == phase
     assert [(c.type, c.status, c.reason) for c in conditions[:2]] == [
         ("Provisioned", *provisioned),
@@ -131,7 +127,7 @@ def test_phase_follows_observed_state(
 
 def test_disk_progress_is_shown_while_cloning() -> None:
     observed = {"workspace-volume": dv("CloneInProgress", progress="45.00%")}
-    _, conditions, _ = workspace_status(workspace(), "standard", PRESET, observed)
+    _, conditions, _ = rendered_status(workspace(), observed)
     assert (
         conditions[0].message
         == "waiting for the workspace disk: DataVolume phase CloneInProgress (45.00%)"
@@ -151,7 +147,7 @@ def test_status_reports_snapshots_in_name_order_with_what_was_observed() -> None
             },
         }
     }
-    status, _, _ = workspace_status(ws, "standard", PRESET, observed)
+    status, _, _ = rendered_status(ws, observed)
     assert status["snapshots"] == [
         {
             "name": "before-refactor",
@@ -174,7 +170,7 @@ def test_status_reports_snapshots_in_name_order_with_what_was_observed() -> None
 
 def test_status_names_preset_runtime_placement_and_suspend_deadline_in_utc() -> None:
     ws = workspace({"lifetime": {"suspendAt": "2026-12-01T19:00:00+01:00"}})
-    status, _, _ = workspace_status(ws, "standard", PRESET, {})
+    status, _, _ = rendered_status(ws, {})
     assert status == {
         "phase": "Pending",
         "preset": "standard",

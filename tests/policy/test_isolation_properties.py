@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from function.policy import Flow, evaluate
-from tests.policy.test_isolation import ENV, ENVS, world
+from tests.policy.isolation import ENV, ENVS, world
 from tests.strategies import allowlists, blocked_addresses, public_addresses, specs
 
 NODE_ADDRESSES = {ip_address(ip) for node in ENV.nodes for ip in node.ips}

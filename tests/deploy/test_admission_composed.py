@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.schemas import validate, validate_xrd_object
-from tests.support import NAMESPACE, ROOT, load_stream
-from tests.test_deploy import (
+from tests.deploy.admission import sandbox_request, verdict
+from tests.deploy.install import (
     COLLECTOR,
     CONTROLLER_MANAGER,
     CROSSPLANE,
@@ -22,10 +21,10 @@ from tests.test_deploy import (
     composed_kinds,
     find,
     group_of,
-    sandbox_request,
-    verdict,
     xrd,
 )
+from tests.schemas import validate, validate_xrd_object
+from tests.support import NAMESPACE, ROOT, load_stream
 
 POLICY = "workspacesandbox-composed-resources"
 MESSAGE = (

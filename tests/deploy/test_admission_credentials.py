@@ -8,15 +8,10 @@ import pytest
 
 from function.compose.plane import SECRET_REQUIREMENT
 from function.render import render
+from tests.deploy.admission import verdict
+from tests.deploy.install import CROSSPLANE, TENANT, TENANT_NAMESPACE, find
 from tests.schemas import validate
 from tests.support import NAMESPACE, NOW, PLATFORM, platform_input, workspace
-from tests.test_deploy import (
-    CROSSPLANE,
-    TENANT,
-    TENANT_NAMESPACE,
-    find,
-    verdict,
-)
 
 POLICY = "plane-credentials"
 MESSAGE = (

@@ -9,7 +9,9 @@ import yaml
 from function.model import parse
 from function.model.platform import SandboxPlatform
 from function.render import render
-from tests.schemas import _default, _Pinned, _xr_schema
+from tests.deploy.admission import COMPOSITION_MESSAGE, PLATFORM_CHOICE, sandbox_request, verdict
+from tests.deploy.install import TENANT, xrd
+from tests.schemas import apply_defaults, generated_xr_schema
 from tests.support import (
     EXAMPLES,
     NOW,
@@ -22,7 +24,6 @@ from tests.support import (
     workspace,
     xr,
 )
-from tests.test_deploy import MESSAGE, PLATFORM_CHOICE, TENANT, sandbox_request, verdict, xrd
 
 GUIDE = ROOT / "docs" / "platform-guide.md"
 POLICY = "workspacesandbox-composition"
@@ -40,10 +41,10 @@ def stored(obj: dict[str, Any], default_update_policy: str) -> dict[str, Any]:
     """`obj` after Crossplane selected its Composition, defaulted by the API server."""
     staged = copy.deepcopy(xrd())
     staged["spec"]["defaultCompositionUpdatePolicy"] = default_update_policy
-    schema = _xr_schema(_Pinned(staged), "v1alpha1")
+    schema = generated_xr_schema(staged, "v1alpha1")
     selected = copy.deepcopy(obj)
     selected["spec"]["crossplane"] = copy.deepcopy(PLATFORM_CHOICE)
-    out: dict[str, Any] = _default(selected, schema)
+    out: dict[str, Any] = apply_defaults(selected, schema)
     return out
 
 
@@ -62,7 +63,7 @@ def test_a_manual_default_update_policy_would_lock_tenants_out_of_new_sandboxes(
     # later write of its owner carries it.
     manual = stored(created, "Manual")
     assert manual["spec"]["crossplane"]["compositionUpdatePolicy"] == "Manual"
-    refused = [MESSAGE.format("compositionUpdatePolicy")]
+    refused = [COMPOSITION_MESSAGE.format("compositionUpdatePolicy")]
     assert admission(suspended(manual), manual) == refused
     # With the shipped default, the same write is admitted.
     automatic = stored(created, "Automatic")
