@@ -1,4 +1,4 @@
-"""Tests for tests/schemas.py: the validator must catch what the API server would reject."""
+"""Tests for tests/schemas/: the validator must catch what the API server would reject."""
 
 from __future__ import annotations
 
