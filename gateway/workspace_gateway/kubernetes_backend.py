@@ -295,6 +295,25 @@ class KubernetesBackend:
             return {"spec": {"power": "Suspended"}}
 
         await self._update(namespace, sandbox_id, change)
+        await self._stopping(namespace, sandbox_id)
+
+    async def _stopping(self, namespace: str, sandbox_id: str) -> None:
+        """Wait until the platform has acted on a pause: its phase Suspending or Suspended.
+
+        E2B answers a pause once the sandbox is paused. Answering before the platform has
+        seen it would let a connect right after find the old phase, Running, and the agent
+        that the platform is about to stop. Past `ready_seconds` the pause goes on unwatched.
+        """
+        await self._synced()
+        loop = asyncio.get_running_loop()
+        key = (namespace, sandbox_id)
+        deadline = loop.time() + self.settings.ready_seconds
+        while (now := loop.time()) < deadline:
+            obj = self.cache.get(key)
+            if obj is None or (obj.get("status") or {}).get("phase") in PAUSED_PHASES:
+                return
+            await self.cache.change(key, min(RECHECK_SECONDS, deadline - now))
+        log.warning("sandbox %s/%s: not yet paused after %.0f s", *key, self.settings.ready_seconds)
 
     async def resume(
         self, namespace: str, sandbox_id: str, end_at: datetime

@@ -269,6 +269,9 @@ async def test_pause_connect_and_kill(world: World) -> None:
 
     assert (await world.call("POST", f"/sandboxes/{sandbox_id}/pause", KEY_A)).status_code == 204
     assert world.xr("team-a", sandbox_id)["spec"]["power"] == "Suspended"
+    # Answered once the platform has acted, as E2B answers once paused: a connect right after
+    # must not find the old phase and the agent about to be stopped.
+    assert world.xr("team-a", sandbox_id)["status"]["phase"] == "Suspended"
     again = await world.call("POST", f"/sandboxes/{sandbox_id}/pause", KEY_A)
     assert again.status_code == 409
     listed = await world.call("GET", "/v2/sandboxes?state=paused", KEY_A)
