@@ -21,7 +21,7 @@ workspace.
 from dataclasses import dataclass, field
 from typing import Any
 
-from function.compose import kubernetes_object, snapshots, statefulset, workspace_claim
+from function.compose import kubernetes_object, snapshots, workspace_claim
 from function.compose.names import (
     labels,
     plane_name,
@@ -39,13 +39,12 @@ from function.compose.plane_guards import (
     usages,
     workers_policy,
 )
-from function.compose.sandbox import KEY as SANDBOX_KEY
-from function.compose.sandbox import container_resources, sandbox
+from function.compose.sandbox import container_resources
 from function.compose.service import KEY as SERVICE_KEY
 from function.compose.service import service
 from function.compose.service_account import KEY as SERVICE_ACCOUNT_KEY
-from function.compose.service_account import service_account
 from function.compose.sizing import Size
+from function.compose.workload import Build, Workload
 from function.errors import FieldError
 from function.model import Manifest, Observed
 from function.model.platform import ComputePlaneOptions, Image, Preset, SandboxPlatform
@@ -315,37 +314,32 @@ def workload(
     image: Image,
     size: Size,
     inside: Observed,
+    runs: Workload,
 ) -> dict[str, Manifest]:
     """Everything placed inside the plane, unwrapped, keyed like the resources they become."""
-    pod = (sandbox if _options(preset).agent_sandbox else statefulset.statefulset)(
-        ws, preset, platform, image, size
-    )
     in_plane = _inside_platform(platform)
     guard = {GUARD_KEY: plane_guard(in_plane)} if platform.network.cilium else {}
+    pod = runs.compose(Build(ws, preset, platform, image, size, inside))
     return {
         NAMESPACE_KEY: _namespace(ws),
         **guard,
         QUOTA_KEY: _quota(ws, preset, size),
         LIMITS_KEY: _limits(ws, preset, size),
-        **service_account(ws),
         **network_policies(ws, preset, in_plane),
         **service(ws, preset, platform),
-        workspace_claim.KEY: workspace_claim.claim(ws, preset, size, inside),
-        **_short_grace(pod),
-        **snapshots.volume_snapshots(ws, preset_name, preset, inside),
+        **pod,
+        runs.key: _short_grace(pod[runs.key]),
+        **snapshots.volume_snapshots(ws, preset_name, preset, runs, inside),
     }
 
 
-def _short_grace(pod: dict[str, Manifest]) -> dict[str, Manifest]:
+def _short_grace(manifest: Manifest) -> Manifest:
     """The workload with an explicit, short termination grace for its pod."""
-    out = {}
-    for key, manifest in pod.items():
-        spec = manifest["spec"]
-        field = "template" if "template" in spec else "podTemplate"
-        template = spec[field]
-        graced = {**template["spec"], "terminationGracePeriodSeconds": GRACE_SECONDS}
-        out[key] = {**manifest, "spec": {**spec, field: {**template, "spec": graced}}}
-    return out
+    spec = manifest["spec"]
+    field = "template" if "template" in spec else "podTemplate"
+    template = spec[field]
+    graced = {**template["spec"], "terminationGracePeriodSeconds": GRACE_SECONDS}
+    return {**manifest, "spec": {**spec, field: {**template, "spec": graced}}}
 
 
 def _settled(key: str, observed: Observed, ready: dict[str, bool]) -> bool:
@@ -405,10 +399,14 @@ def placed(observed: Observed) -> bool:
 
 
 def placing(
-    plane: str, placed: dict[str, Manifest], observed: Observed, ready: dict[str, bool]
+    plane: str,
+    runs: Workload,
+    placed: dict[str, Manifest],
+    observed: Observed,
+    ready: dict[str, bool],
 ) -> str | None:
     """What placing the workload still waits for, while it isn't placed."""
-    if any(k in placed for k in (SANDBOX_KEY, statefulset.KEY)):
+    if runs.key in placed:
         return None
     waiting = [k for k in placed if k in ready and not _settled(k, observed, ready)]
     shown = ", ".join(sorted(waiting)) or "the plane"
@@ -426,7 +424,7 @@ def host_guards(
 
 
 def ordering(
-    ws: WorkspaceSandbox, preset: Preset, resources: dict[str, Manifest]
+    ws: WorkspaceSandbox, preset: Preset, runs: Workload, resources: dict[str, Manifest]
 ) -> dict[str, Manifest]:
     """The Usages that order the placement's deletion, for what is composed so far.
 
@@ -437,6 +435,5 @@ def ordering(
     """
     if preset.placement == "DedicatedComputePlane":
         return usages(ws, resources, [(WORKERS_KEY, PLANE_KEY)])
-    workload = SANDBOX_KEY if _options(preset).agent_sandbox else statefulset.KEY
     used = (CILIUM_KEY, KUBERNETES_KEY, NAMESPACE_KEY)
-    return usages(ws, resources, [*((k, workload) for k in used), (WORKERS_KEY, NAMESPACE_KEY)])
+    return usages(ws, resources, [*((k, runs.key) for k in used), (WORKERS_KEY, NAMESPACE_KEY)])

@@ -178,7 +178,7 @@ def observed_claims(observed: Observed) -> list[Any]:
     return claims if isinstance(claims, list) else []
 
 
-def settle_claims(resources: dict[str, Manifest], observed: Observed) -> dict[str, Manifest]:
+def keep_claim_templates(resources: dict[str, Manifest], observed: Observed) -> dict[str, Manifest]:
     """Keep an older Sandbox's claim templates: they are immutable, and hold the workspace.
 
     Such a Sandbox's workspace is the templated claim, which the controller mounts by the
