@@ -18,6 +18,7 @@ from function.compose.network_policy import network_policies
 from function.compose.never_moves import lives_on, same_runtime
 from function.compose.plane_guards import WORKERS_KEY
 from function.compose.readiness import is_ready, readiness
+from function.compose.requirement import Requirements
 from function.compose.restore import UNFETCHED, restore
 from function.compose.service import service
 from function.compose.sizing import size
@@ -44,7 +45,7 @@ class Rendered:
     composite_ready: bool
     """Whether the sandbox is usable now; Crossplane's XR Ready follows it."""
     warnings: list[str] = field(default_factory=list)
-    requirements: dict[str, dict[str, str]] = field(default_factory=dict)
+    requirements: Requirements = field(default_factory=dict)
     """Resources Crossplane should fetch for the next call: name -> apiVersion, kind, name, ns."""
     ttl_seconds: int = DEFAULT_TTL_SECONDS
     """How long Crossplane may wait before calling again; shorter before a suspend deadline."""
@@ -208,7 +209,7 @@ def _rendered(  # noqa: PLR0917  # the parts of one answer
     observed: Observed,
     judged: Judged,
     warnings: list[str],
-    requirements: dict[str, dict[str, str]],
+    requirements: Requirements,
     life: Lifetime,
     *,
     unfetched: str,

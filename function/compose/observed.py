@@ -33,7 +33,7 @@ def requested_storage(obj: Any, *path: str) -> Decimal | None:
         return None
 
 
-def settled(manifest: Manifest, key: str, observed: Observed) -> Manifest:
+def keep_observed_spec(manifest: Manifest, key: str, observed: Observed) -> Manifest:
     """Keep an existing object's spec: for kinds whose spec the API server won't let us change.
 
     A DataVolume's and a VolumeSnapshot's spec are immutable once created. Re-emitting the

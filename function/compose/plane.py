@@ -39,6 +39,7 @@ from function.compose.plane_guards import (
     usages,
     workers_policy,
 )
+from function.compose.requirement import Requirements, require
 from function.compose.sandbox import container_resources
 from function.compose.service import KEY as SERVICE_KEY
 from function.compose.service import service
@@ -94,7 +95,7 @@ class Plane:
     name: str
     resources: dict[str, Manifest] = field(default_factory=dict)
     """The dedicated ComputePlane itself; nothing for a shared one."""
-    requirements: dict[str, dict[str, str]] = field(default_factory=dict)
+    requirements: Requirements = field(default_factory=dict)
     waiting: str | None = None
     """Why nothing can be placed into the plane yet."""
 
@@ -187,14 +188,7 @@ def compute_plane(
     name = plane_name(ws) if options.name is None else options.name
     _stays(ws, preset_name, preset, name, observed)
     secret = name + options.kubeconfig_secret_suffix
-    asks = {
-        SECRET_REQUIREMENT: {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "name": secret,
-            "namespace": namespace,
-        }
-    }
+    asks = {SECRET_REQUIREMENT: require("v1", "Secret", secret, namespace)}
     if preset.placement == "DedicatedComputePlane":
         resources = {PLANE_KEY: _compute_plane(ws, options)}
         seen: Any = observed.get(PLANE_KEY)
@@ -202,12 +196,7 @@ def compute_plane(
             return Plane(name, resources, asks, f"waiting for ComputePlane {name!r} to be created")
     else:
         resources = {}
-        asks[PLANE_REQUIREMENT] = {
-            "apiVersion": PLANE_API,
-            "kind": "ComputePlane",
-            "name": name,
-            "namespace": namespace,
-        }
+        asks[PLANE_REQUIREMENT] = require(PLANE_API, "ComputePlane", name, namespace)
         found = required.get(PLANE_REQUIREMENT) or []
         if not found:
             missing = (
@@ -342,7 +331,8 @@ def _short_grace(manifest: Manifest) -> Manifest:
     return {**manifest, "spec": {**spec, field: {**template, "spec": graced}}}
 
 
-def _settled(key: str, observed: Observed, ready: dict[str, bool]) -> bool:
+def _clears_stage(key: str, observed: Observed, ready: dict[str, bool]) -> bool:
+    """Whether `key` lets the next stage be placed: ready, or a claim that exists."""
     # A claim of a WaitForFirstConsumer class binds only once its pod exists: waiting for it to
     # be bound before placing the pod would wait forever.
     return ready.get(key, False) or (key == workspace_claim.KEY and key in observed)
@@ -358,7 +348,7 @@ def _staged(
     out: dict[str, Manifest] = {}
     for stage in (*_STAGES, tuple(placed)):
         out |= {k: placed[k] for k in stage if k in placed}
-        if not all(_settled(k, observed, ready) for k in stage if k in placed or k in ready):
+        if not all(_clears_stage(k, observed, ready) for k in stage if k in placed or k in ready):
             break
     return out | {k: m for k, m in placed.items() if k in observed}
 
@@ -408,7 +398,7 @@ def placing(
     """What placing the workload still waits for, while it isn't placed."""
     if runs.key in placed:
         return None
-    waiting = [k for k in placed if k in ready and not _settled(k, observed, ready)]
+    waiting = [k for k in placed if k in ready and not _clears_stage(k, observed, ready)]
     shown = ", ".join(sorted(waiting)) or "the plane"
     return f"placing the sandbox into ComputePlane {plane!r}: waiting for {shown}"
 

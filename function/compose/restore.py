@@ -14,6 +14,7 @@ from typing import Any
 from function.compose import ownership
 from function.compose.cloud_init import ACCOUNTS, GUEST_USER, LEGACY_USER
 from function.compose.observed import dig
+from function.compose.requirement import Requirements, require
 from function.compose.workload import Workload
 from function.errors import FieldError
 from function.model import Manifest, Observed
@@ -29,7 +30,7 @@ UNFETCHED = (
 
 @dataclass(frozen=True)
 class Restore:
-    requirements: dict[str, dict[str, str]] = field(default_factory=dict)
+    requirements: Requirements = field(default_factory=dict)
     """Required resources to ask Crossplane for: name -> apiVersion, kind, name, namespace."""
     waiting: str | None = None
     """Why the disk can't be composed yet."""
@@ -82,14 +83,7 @@ def restore(
     if ws.spec.restore_from is None:
         return Restore()
     name, namespace = ws.spec.restore_from.snapshot, ws.metadata.namespace
-    ask = {
-        REQUIREMENT: {
-            "apiVersion": "snapshot.storage.k8s.io/v1",
-            "kind": "VolumeSnapshot",
-            "name": name,
-            "namespace": namespace,
-        }
-    }
+    ask = {REQUIREMENT: require("snapshot.storage.k8s.io/v1", "VolumeSnapshot", name, namespace)}
     found: list[Any] = required.get(REQUIREMENT) or []
     if not found:
         return Restore(ask, f"waiting for VolumeSnapshot {name!r} in {namespace!r} to exist")

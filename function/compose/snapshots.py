@@ -11,7 +11,7 @@ and so is a VM disk's guest account, which a VM restored from it keeps.
 
 from function.compose.cloud_init import GUEST_USER
 from function.compose.names import labels, snapshot_name
-from function.compose.observed import dig, settled
+from function.compose.observed import dig, keep_observed_spec
 from function.compose.workload import Workload
 from function.model import Manifest, Observed
 from function.model.platform import Preset
@@ -76,5 +76,5 @@ def volume_snapshots(  # noqa: PLR0917  # the parts of one snapshot
                 "source": {"persistentVolumeClaimName": claim},
             },
         }
-        out[key(s.name)] = settled(manifest, key(s.name), observed)
+        out[key(s.name)] = keep_observed_spec(manifest, key(s.name), observed)
     return out

@@ -5,7 +5,7 @@ from decimal import Decimal
 from function.compose import kubernetes_object
 from function.compose.cloud_init import GUEST_USER
 from function.compose.names import labels, workspace_volume_name
-from function.compose.observed import requested_storage, settled
+from function.compose.observed import keep_observed_spec, requested_storage
 from function.compose.sizing import Size
 from function.errors import FieldError
 from function.model import Manifest, Observed
@@ -107,4 +107,4 @@ def workspace_volume(  # noqa: PLR0917  # the disk's parts
             },
         },
     }
-    return {KEY: settled(manifest, KEY, observed)}
+    return {KEY: keep_observed_spec(manifest, KEY, observed)}
