@@ -1,10 +1,16 @@
-"""A workspace never moves: a preset may change sizes and classes, never where the disk lives."""
+"""A workspace never moves: a preset may change sizes and classes, never where the disk lives.
 
-from function.compose import sandbox, workspace_claim, workspace_volume
+Its disk stays on the runtime it was made on (a VM's DataVolume, a pod's claim, a ComputePlane),
+and a placed sandbox stays in the plane it was placed in.
+"""
+
+from function.compose import plane, sandbox, workspace_claim, workspace_volume
+from function.compose.names import plane_name
 from function.compose.observed import dig
 from function.errors import FieldError
 from function.model import Observed
 from function.model.platform import Preset
+from function.model.spec import WorkspaceSandbox
 
 
 def lives_on(observed: Observed) -> str | None:
@@ -41,3 +47,33 @@ def same_runtime(preset_name: str, preset: Preset, observed: Observed) -> None:
         f"preset {preset_name!r} runs {runs}, but this sandbox's workspace lives on "
         f"{where[was]}; switching would leave it behind. {instead}",
     )
+
+
+def stays_in_plane(
+    ws: WorkspaceSandbox, preset_name: str, preset: Preset, name: str, observed: Observed
+) -> None:
+    """A placed sandbox's workspace is in one plane: a preset may not move it to another."""
+    if ws.spec.restore_from is not None:
+        raise FieldError(
+            "spec.restoreFrom",
+            f"preset {preset_name!r} places each sandbox in its own namespace of a "
+            "ComputePlane, and a claim can only be restored from a snapshot in its own "
+            "namespace; restore into a sandbox of a Namespace preset",
+        )
+    access = observed.get(plane.PROVIDER_CONFIG_KEY)
+    was = dig(access, "metadata", "annotations", plane.PLANE_ANNOTATION)
+    if was is None:
+        # A ProviderConfig without the annotation still names its plane's Secret.
+        secret = dig(access, "spec", "credentials", "secretRef", "name")
+        suffix = plane.options(preset).kubeconfig_secret_suffix
+        if isinstance(secret, str) and secret.endswith(suffix):
+            was = secret.removesuffix(suffix)
+    if was is None and plane.PLANE_KEY in observed:
+        was = plane_name(ws)
+    if isinstance(was, str) and was != name:
+        raise FieldError(
+            "spec.preset",
+            f"preset {preset_name!r} places sandboxes in ComputePlane {name!r}, but this "
+            f"sandbox's workspace is in ComputePlane {was!r}; moving would leave it behind. "
+            "Keep the preset, or create a new sandbox",
+        )

@@ -20,7 +20,16 @@ from function.model import Manifest, Observed
 from function.model.platform import Preset
 from function.model.spec import WorkspaceSandbox
 
-__all__ = ["Condition", "Judged", "workspace_status"]
+__all__ = ["Condition", "Judged", "Waiting", "workspace_status"]
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """What provisioning waits for before the workload's own progress counts."""
+
+    phase: str
+    reason: str
+    message: str
 
 
 @dataclass(frozen=True)
@@ -98,27 +107,19 @@ def workspace_status(
     *,
     desired: dict[str, Manifest],
     expired: bool,
-    restoring: str | None,
+    waiting: Waiting | None = None,
     plane: str | None = None,
-    plane_waiting: str | None = None,
-    placing: str | None = None,
 ) -> Judged:
     """The XR's whole status, its conditions, and whether the sandbox is usable now.
 
-    For the ComputePlane placements, `observed` is what the Objects observe inside the plane,
-    `plane` the plane's name, `plane_waiting` why nothing is placed in it yet, and `placing`
-    what the workload's placement still waits for.
+    `observed` is what is observed where the workload runs (inside a ComputePlane: what its
+    Objects observe), `waiting` what provisioning still waits for before the workload's own
+    progress counts, and `plane` the ComputePlane's name.
     """
     progress = workload.progress(ws, observed)
-    if restoring is not None:
-        waiting = pending("Provisioned", "WaitingForRestoreSnapshot", restoring)
-        progress = replace(progress, phase="Pending", provisioned=waiting)
-    if plane_waiting is not None:
-        waiting = pending("Provisioned", "WaitingForComputePlane", plane_waiting)
-        progress = replace(progress, phase="Pending", provisioned=waiting)
-    elif placing is not None:
-        waiting = pending("Provisioned", "PlacingInComputePlane", placing)
-        progress = replace(progress, phase="Provisioning", provisioned=waiting)
+    if waiting is not None:
+        held = pending("Provisioned", waiting.reason, waiting.message)
+        progress = replace(progress, phase=waiting.phase, provisioned=held)
     deadline = ws.spec.lifetime.suspend_at
     shown = deadline.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if deadline else None
     if expired and shown:
