@@ -32,10 +32,10 @@ from function.compose.plane_guards import (
     plane_guard,
     usages,
 )
+from function.compose.pod import container_resources
 from function.compose.readiness import is_ready
 from function.compose.requirement import Requirements
 from function.compose.restore import UNFETCHED, restore
-from function.compose.sandbox import container_resources
 from function.compose.service import KEY as SERVICE_KEY
 from function.compose.service import service
 from function.compose.service_account import KEY as SERVICE_ACCOUNT_KEY
