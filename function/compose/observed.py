@@ -1,9 +1,11 @@
 """Reading observed composed resources without trusting their shape."""
 
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 from function.model import Manifest, Observed
+from function.model.quantity import parse_bytes
 
 
 def dig(obj: Any, *path: str) -> Any:
@@ -22,7 +24,16 @@ def condition(obj: Mapping[str, Any] | None, kind: str) -> Mapping[str, Any] | N
     return None
 
 
-def settled(manifest: Manifest, key: str, observed: Observed) -> Manifest:
+def requested_storage(obj: Any, *path: str) -> Decimal | None:
+    """The storage a claim-like spec at `path` asks for; None where it asks for none it can say."""
+    have = dig(obj, *path, "resources", "requests", "storage")
+    try:
+        return parse_bytes(have) if isinstance(have, str) else None
+    except ValueError:
+        return None
+
+
+def keep_observed_spec(manifest: Manifest, key: str, observed: Observed) -> Manifest:
     """Keep an existing object's spec: for kinds whose spec the API server won't let us change.
 
     A DataVolume's and a VolumeSnapshot's spec are immutable once created. Re-emitting the

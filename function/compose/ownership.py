@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from function.compose.observed import dig
+from function.compose.requirement import Requirements, require
 from function.errors import FieldError
 from function.model import Manifest, Observed
 from function.model.spec import WorkspaceSandbox
@@ -83,24 +84,15 @@ def check(ws: WorkspaceSandbox, key: str, obj: Mapping[str, Any], meta: Any) -> 
     )
 
 
-def _asks(ws: WorkspaceSandbox, key: str, manifest: Manifest) -> dict[str, dict[str, str]]:
+def _asks(ws: WorkspaceSandbox, key: str, manifest: Manifest) -> Requirements:
     name, namespace = manifest["metadata"]["name"], ws.metadata.namespace
     asks = {
-        REQUIREMENT_PREFIX + key: {
-            "apiVersion": manifest["apiVersion"],
-            "kind": manifest["kind"],
-            "name": name,
-            "namespace": namespace,
-        }
+        REQUIREMENT_PREFIX + key: require(manifest["apiVersion"], manifest["kind"], name, namespace)
     }
     if manifest["kind"] == "DataVolume":
         # CDI can adopt a claim of the DataVolume's name, and the VM mounts that claim.
-        asks[f"{REQUIREMENT_PREFIX}{key}-claim"] = {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "name": name,
-            "namespace": namespace,
-        }
+        claim = require("v1", "PersistentVolumeClaim", name, namespace)
+        asks[f"{REQUIREMENT_PREFIX}{key}-claim"] = claim
     return asks
 
 
@@ -113,7 +105,7 @@ def _claim_of(meta: Any, data_volume: str) -> bool:
 def _refuse_taken(
     ws: WorkspaceSandbox,
     key: str,
-    asks: Mapping[str, Mapping[str, str]],
+    asks: Requirements,
     required: Mapping[str, list[Manifest]],
 ) -> None:
     own = REQUIREMENT_PREFIX + key
@@ -137,13 +129,13 @@ def vacancies(
     resources: Mapping[str, Manifest],
     observed: Observed,
     required: Mapping[str, list[Manifest]] | None,
-) -> dict[str, dict[str, str]]:
+) -> Requirements:
     """Look up every name not observed yet; refuse one that exists and isn't this XR's.
 
     Returns the requirements to ask Crossplane for. Until it answers them, nothing is checked:
     Crossplane calls again with the answers before it applies anything.
     """
-    out: dict[str, dict[str, str]] = {}
+    out: Requirements = {}
     for key, manifest in resources.items():
         if key in observed:
             continue

@@ -1,4 +1,4 @@
-"""ComputePlane placements: the sandbox runs inside a Cozystack ComputePlane cluster.
+"""The ComputePlane a sandbox runs in: a Cozystack tenant cluster, composed or shared.
 
 A ComputePlane is a tenant's own Kamaji cluster whose workers are KubeVirt VMs. A
 `DedicatedComputePlane` preset composes one per sandbox; a `SharedComputePlane` preset places
@@ -6,57 +6,26 @@ sandboxes into the tenant's existing plane, which this function never composes o
 
 The plane's admin kubeconfig is withheld from the tenant. A namespaced provider-kubernetes
 ProviderConfig points at its Secret, and every object placed in the plane is an `Object` using
-it. The function itself only asks Crossplane whether that Secret exists (by name); it never
-reads its data.
-
-Work is placed in stages, each once the previous one is observed ready: the sandbox's namespace
-(Pod Security "restricted"), the plane guard and the policy on the plane's workers
-(`plane_guards`); then its quota, limits, ServiceAccount, network policies, Service and
-workspace claim; then the workload and its snapshots. So the pod never runs before the
-policies that isolate it exist. Once anything is placed, everything stays in the desired state
-whatever the plane reports, so a plane that is briefly unready never makes Crossplane delete a
-workspace.
+it (`placement.py`). The function itself only asks Crossplane whether that Secret exists (by
+name); it never reads its data.
 """
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from function.compose import kubernetes_object, snapshots, statefulset, workspace_claim
-from function.compose.names import (
-    labels,
-    plane_name,
-    plane_namespace,
-    provider_config_name,
-)
-from function.compose.network_policy import CILIUM_KEY, KUBERNETES_KEY, network_policies
-from function.compose.observed import condition, dig
-from function.compose.plane_guards import (
-    GRACE_SECONDS,
-    GUARD_KEY,
-    KEEP,
-    WORKERS_KEY,
-    plane_guard,
-    usages,
-    workers_policy,
-)
-from function.compose.sandbox import KEY as SANDBOX_KEY
-from function.compose.sandbox import container_resources, sandbox
-from function.compose.service import KEY as SERVICE_KEY
-from function.compose.service import service
-from function.compose.service_account import KEY as SERVICE_ACCOUNT_KEY
-from function.compose.service_account import service_account
-from function.compose.sizing import Size
-from function.errors import FieldError
+from function.compose.names import labels, plane_name, provider_config_name
+from function.compose.observed import condition
+from function.compose.plane_guards import workers_policy
+from function.compose.requirement import Requirements, require
 from function.model import Manifest, Observed
-from function.model.platform import ComputePlaneOptions, Image, Preset, SandboxPlatform
+from function.model.platform import ComputePlaneOptions, Preset, SandboxPlatform
 from function.model.quantity import format_bytes
 from function.model.spec import WorkspaceSandbox
 
 PLANE_KEY = "compute-plane"
 PROVIDER_CONFIG_KEY = "plane-access"
+# The sandbox's own namespace inside the plane, placed first (`placement.py`).
 NAMESPACE_KEY = "plane-namespace"
-QUOTA_KEY = "plane-quota"
-LIMITS_KEY = "plane-limits"
 
 PLANE_REQUIREMENT = "compute-plane"
 SECRET_REQUIREMENT = "plane-kubeconfig"  # noqa: S105  # a requirement's name
@@ -66,36 +35,13 @@ PLANE_API = "apps.cozystack.io/v1alpha1"
 PLANE_ANNOTATION = "sandbox.cozystack.io/compute-plane"
 PROVIDER_CONFIG_API = "kubernetes.m.crossplane.io/v1alpha1"
 
-# The dedicated plane dies with the sandbox and takes everything in it along; deleting each
-# object first would only wait on a cluster that is going away.
-DEDICATED_MANAGEMENT = KEEP
-POD_SECURITY = {
-    f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "audit", "warn")
-}
-# What the plane holds outside the sandbox's namespace.
-_CLUSTER_SCOPED = (NAMESPACE_KEY, GUARD_KEY)
-_STAGES = (
-    # The guard in the plane and the policy on its workers come first, so that no pod of the
-    # sandbox runs before either exists.
-    (NAMESPACE_KEY, GUARD_KEY, WORKERS_KEY),
-    (
-        QUOTA_KEY,
-        LIMITS_KEY,
-        SERVICE_ACCOUNT_KEY,
-        CILIUM_KEY,
-        KUBERNETES_KEY,
-        SERVICE_KEY,
-        workspace_claim.KEY,
-    ),
-)
-
 
 @dataclass(frozen=True)
 class Plane:
     name: str
     resources: dict[str, Manifest] = field(default_factory=dict)
     """The dedicated ComputePlane itself; nothing for a shared one."""
-    requirements: dict[str, dict[str, str]] = field(default_factory=dict)
+    requirements: Requirements = field(default_factory=dict)
     waiting: str | None = None
     """Why nothing can be placed into the plane yet."""
 
@@ -111,10 +57,10 @@ class Plane:
         )
 
 
-def _options(preset: Preset) -> ComputePlaneOptions:
-    options = preset.compute_plane
-    assert options is not None  # noqa: S101  # Preset demands it for these placements.
-    return options
+def options(preset: Preset) -> ComputePlaneOptions:
+    found = preset.compute_plane
+    assert found is not None  # noqa: S101  # Preset demands it for these placements.
+    return found
 
 
 def _compute_plane(ws: WorkspaceSandbox, options: ComputePlaneOptions) -> Manifest:
@@ -146,34 +92,10 @@ def _not_ready(kind: str, name: str, obj: Any) -> str | None:
     return f"waiting for {kind} {name!r} to be ready: {why}"
 
 
-def _stays(
-    ws: WorkspaceSandbox, preset_name: str, preset: Preset, name: str, observed: Observed
-) -> None:
-    """A placed sandbox's workspace is in one plane: a preset may not move it to another."""
-    if ws.spec.restore_from is not None:
-        raise FieldError(
-            "spec.restoreFrom",
-            f"preset {preset_name!r} places each sandbox in its own namespace of a "
-            "ComputePlane, and a claim can only be restored from a snapshot in its own "
-            "namespace; restore into a sandbox of a Namespace preset",
-        )
-    access = observed.get(PROVIDER_CONFIG_KEY)
-    was = dig(access, "metadata", "annotations", PLANE_ANNOTATION)
-    if was is None:
-        # A ProviderConfig without the annotation still names its plane's Secret.
-        secret = dig(access, "spec", "credentials", "secretRef", "name")
-        suffix = _options(preset).kubeconfig_secret_suffix
-        if isinstance(secret, str) and secret.endswith(suffix):
-            was = secret.removesuffix(suffix)
-    if was is None and PLANE_KEY in observed:
-        was = plane_name(ws)
-    if isinstance(was, str) and was != name:
-        raise FieldError(
-            "spec.preset",
-            f"preset {preset_name!r} places sandboxes in ComputePlane {name!r}, but this "
-            f"sandbox's workspace is in ComputePlane {was!r}; moving would leave it behind. "
-            "Keep the preset, or create a new sandbox",
-        )
+def name_of(ws: WorkspaceSandbox, preset: Preset) -> str:
+    """The plane the preset places this sandbox in: its own, or the shared one it names."""
+    named = options(preset).name
+    return plane_name(ws) if named is None else named
 
 
 def compute_plane(
@@ -184,31 +106,17 @@ def compute_plane(
     required: dict[str, list[Manifest]],
 ) -> Plane:
     """The plane this sandbox runs in, and whether work can be placed into it now."""
-    options, namespace = _options(preset), ws.metadata.namespace
-    name = plane_name(ws) if options.name is None else options.name
-    _stays(ws, preset_name, preset, name, observed)
-    secret = name + options.kubeconfig_secret_suffix
-    asks = {
-        SECRET_REQUIREMENT: {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "name": secret,
-            "namespace": namespace,
-        }
-    }
+    opts, namespace, name = options(preset), ws.metadata.namespace, name_of(ws, preset)
+    secret = name + opts.kubeconfig_secret_suffix
+    asks = {SECRET_REQUIREMENT: require("v1", "Secret", secret, namespace)}
     if preset.placement == "DedicatedComputePlane":
-        resources = {PLANE_KEY: _compute_plane(ws, options)}
+        resources = {PLANE_KEY: _compute_plane(ws, opts)}
         seen: Any = observed.get(PLANE_KEY)
         if seen is None:
             return Plane(name, resources, asks, f"waiting for ComputePlane {name!r} to be created")
     else:
         resources = {}
-        asks[PLANE_REQUIREMENT] = {
-            "apiVersion": PLANE_API,
-            "kind": "ComputePlane",
-            "name": name,
-            "namespace": namespace,
-        }
+        asks[PLANE_REQUIREMENT] = require(PLANE_API, "ComputePlane", name, namespace)
         found = required.get(PLANE_REQUIREMENT) or []
         if not found:
             missing = (
@@ -227,7 +135,7 @@ def compute_plane(
 
 
 def provider_config(ws: WorkspaceSandbox, preset: Preset, plane: str) -> dict[str, Manifest]:
-    options = _options(preset)
+    opts = options(preset)
     return {
         PROVIDER_CONFIG_KEY: {
             "apiVersion": PROVIDER_CONFIG_API,
@@ -242,177 +150,13 @@ def provider_config(ws: WorkspaceSandbox, preset: Preset, plane: str) -> dict[st
                     "source": "Secret",
                     "secretRef": {
                         "namespace": ws.metadata.namespace,
-                        "name": plane + options.kubeconfig_secret_suffix,
-                        "key": options.kubeconfig_key,
+                        "name": plane + opts.kubeconfig_secret_suffix,
+                        "key": opts.kubeconfig_key,
                     },
                 }
             },
         }
     }
-
-
-def _namespace(ws: WorkspaceSandbox) -> Manifest:
-    return {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {"name": plane_namespace(ws), "labels": {**labels(ws), **POD_SECURITY}},
-    }
-
-
-def _quota(ws: WorkspaceSandbox, preset: Preset, size: Size) -> Manifest:
-    """Room for exactly this sandbox: one pod of its size, one claim, one ClusterIP Service."""
-    limits = container_resources(preset, size)["limits"]
-    hard = {
-        **{f"requests.{k}": v for k, v in limits.items()},
-        **{f"limits.{k}": v for k, v in limits.items()},
-        "requests.storage": format_bytes(size.disk),
-        "persistentvolumeclaims": "1",
-        "pods": "1",
-        "services": "1",
-        "services.loadbalancers": "0",
-        "services.nodeports": "0",
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "ResourceQuota",
-        "metadata": {"name": "sandbox", "labels": labels(ws)},
-        "spec": {"hard": dict(sorted(hard.items()))},
-    }
-
-
-def _limits(ws: WorkspaceSandbox, preset: Preset, size: Size) -> Manifest:
-    limits = container_resources(preset, size)["limits"]
-    return {
-        "apiVersion": "v1",
-        "kind": "LimitRange",
-        "metadata": {"name": "sandbox", "labels": labels(ws)},
-        "spec": {
-            "limits": [
-                {
-                    "type": "Container",
-                    "default": limits,
-                    "defaultRequest": dict(limits),
-                    "max": dict(limits),
-                },
-                {"type": "PersistentVolumeClaim", "max": {"storage": format_bytes(size.disk)}},
-            ]
-        },
-    }
-
-
-def _inside_platform(platform: SandboxPlatform) -> SandboxPlatform:
-    """Inside the plane no tenant baseline allows anything, so allow rules restrict."""
-    network = platform.network.model_copy(update={"namespaces_allow_internet": False})
-    return platform.model_copy(update={"network": network})
-
-
-def workload(
-    ws: WorkspaceSandbox,
-    *,
-    preset_name: str,
-    preset: Preset,
-    platform: SandboxPlatform,
-    image: Image,
-    size: Size,
-    inside: Observed,
-) -> dict[str, Manifest]:
-    """Everything placed inside the plane, unwrapped, keyed like the resources they become."""
-    pod = (sandbox if _options(preset).agent_sandbox else statefulset.statefulset)(
-        ws, preset, platform, image, size
-    )
-    in_plane = _inside_platform(platform)
-    guard = {GUARD_KEY: plane_guard(in_plane)} if platform.network.cilium else {}
-    return {
-        NAMESPACE_KEY: _namespace(ws),
-        **guard,
-        QUOTA_KEY: _quota(ws, preset, size),
-        LIMITS_KEY: _limits(ws, preset, size),
-        **service_account(ws),
-        **network_policies(ws, preset, in_plane),
-        **service(ws, preset, platform),
-        workspace_claim.KEY: workspace_claim.claim(ws, preset, size, inside),
-        **_short_grace(pod),
-        **snapshots.volume_snapshots(ws, preset_name, preset, inside),
-    }
-
-
-def _short_grace(pod: dict[str, Manifest]) -> dict[str, Manifest]:
-    """The workload with an explicit, short termination grace for its pod."""
-    out = {}
-    for key, manifest in pod.items():
-        spec = manifest["spec"]
-        field = "template" if "template" in spec else "podTemplate"
-        template = spec[field]
-        graced = {**template["spec"], "terminationGracePeriodSeconds": GRACE_SECONDS}
-        out[key] = {**manifest, "spec": {**spec, field: {**template, "spec": graced}}}
-    return out
-
-
-def _settled(key: str, observed: Observed, ready: dict[str, bool]) -> bool:
-    # A claim of a WaitForFirstConsumer class binds only once its pod exists: waiting for it to
-    # be bound before placing the pod would wait forever.
-    return ready.get(key, False) or (key == workspace_claim.KEY and key in observed)
-
-
-def _staged(
-    placed: dict[str, Manifest], observed: Observed, ready: dict[str, bool]
-) -> dict[str, Manifest]:
-    """What may be placed now: each stage once the one before is ready, and all placed so far.
-
-    A stage also waits for what `ready` judges beside the Objects (the workers' policy).
-    """
-    out: dict[str, Manifest] = {}
-    for stage in (*_STAGES, tuple(placed)):
-        out |= {k: placed[k] for k in stage if k in placed}
-        if not all(_settled(k, observed, ready) for k in stage if k in placed or k in ready):
-            break
-    return out | {k: m for k, m in placed.items() if k in observed}
-
-
-def place(
-    ws: WorkspaceSandbox,
-    *,
-    preset: Preset,
-    plane: str,
-    inner: dict[str, Manifest],
-    observed: Observed,
-    ready: dict[str, bool],
-) -> dict[str, Manifest]:
-    """The ProviderConfig and an Object per placed resource, in the plane's sandbox namespace."""
-    ref = {"kind": "ProviderConfig", "name": provider_config_name(ws)}
-    namespace = plane_namespace(ws)
-    dedicated = preset.placement == "DedicatedComputePlane"
-    out = provider_config(ws, preset, plane)
-    for key, manifest in _staged(inner, observed, ready).items():
-        keep_deletes = key != GUARD_KEY and (not dedicated or key.startswith(snapshots.PREFIX))
-        out[key] = kubernetes_object.wrap(
-            ws,
-            key,
-            manifest,
-            ref,
-            namespace=None if key in _CLUSTER_SCOPED else namespace,
-            management=None if keep_deletes else DEDICATED_MANAGEMENT,
-        )
-    return out
-
-
-def placed(observed: Observed) -> bool:
-    """Whether anything is already in the plane: then nothing may leave the desired state."""
-    return any(
-        dig(obj, "kind") == "Object" and dig(obj, "apiVersion") == kubernetes_object.API_VERSION
-        for obj in observed.values()
-    )
-
-
-def placing(
-    plane: str, placed: dict[str, Manifest], observed: Observed, ready: dict[str, bool]
-) -> str | None:
-    """What placing the workload still waits for, while it isn't placed."""
-    if any(k in placed for k in (SANDBOX_KEY, statefulset.KEY)):
-        return None
-    waiting = [k for k in placed if k in ready and not _settled(k, observed, ready)]
-    shown = ", ".join(sorted(waiting)) or "the plane"
-    return f"placing the sandbox into ComputePlane {plane!r}: waiting for {shown}"
 
 
 def host_guards(
@@ -421,22 +165,5 @@ def host_guards(
     """The policy on the plane's workers, composed beside the plane from the start."""
     if not platform.network.cilium:
         return {}
-    cluster = _options(preset).cluster(plane)
+    cluster = options(preset).cluster(plane)
     return workers_policy(ws, platform, namespace=ws.metadata.namespace, cluster=cluster)
-
-
-def ordering(
-    ws: WorkspaceSandbox, preset: Preset, resources: dict[str, Manifest]
-) -> dict[str, Manifest]:
-    """The Usages that order the placement's deletion, for what is composed so far.
-
-    In a shared plane, the policies and the namespace stay while the workload's Object does,
-    and the workers' policy while the namespace's Object does (which waits for the namespace,
-    and so for every pod in it, to be gone). A dedicated plane's Objects delete nothing, and
-    its workers' policy stays while the plane does.
-    """
-    if preset.placement == "DedicatedComputePlane":
-        return usages(ws, resources, [(WORKERS_KEY, PLANE_KEY)])
-    workload = SANDBOX_KEY if _options(preset).agent_sandbox else statefulset.KEY
-    used = (CILIUM_KEY, KUBERNETES_KEY, NAMESPACE_KEY)
-    return usages(ws, resources, [*((k, workload) for k in used), (WORKERS_KEY, NAMESPACE_KEY)])

@@ -7,14 +7,15 @@ VolumeSnapshot of any other origin in the namespace is refused). Once the disk e
 snapshot no longer matters (it may even be deleted), and the disk's source can't be changed.
 """
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from function.compose import ownership, sandbox, workspace_claim, workspace_volume
+from function.compose import ownership
 from function.compose.cloud_init import ACCOUNTS, GUEST_USER, LEGACY_USER
 from function.compose.observed import dig
+from function.compose.requirement import Requirements, require
+from function.compose.workload import Workload
 from function.errors import FieldError
 from function.model import Manifest, Observed
 from function.model.quantity import parse_bytes
@@ -29,7 +30,7 @@ UNFETCHED = (
 
 @dataclass(frozen=True)
 class Restore:
-    requirements: dict[str, dict[str, str]] = field(default_factory=dict)
+    requirements: Requirements = field(default_factory=dict)
     """Required resources to ask Crossplane for: name -> apiVersion, kind, name, namespace."""
     waiting: str | None = None
     """Why the disk can't be composed yet."""
@@ -54,23 +55,6 @@ def _account(snapshot: Manifest, name: str) -> str:
     return str(recorded)
 
 
-def _restored_from(observed: Observed) -> tuple[bool, bool, str | None]:
-    """Whether a workspace disk exists, whether its source can be read, and its snapshot."""
-    disk = observed.get(workspace_volume.KEY)
-    if disk is not None:
-        source, ref = dig(disk, "spec", "source"), dig(disk, "spec", "sourceRef")
-        readable = isinstance(source, Mapping) or isinstance(ref, Mapping)
-        return True, readable, dig(source, "snapshot", "name")
-    claim = dig(observed.get(workspace_claim.KEY), "spec")
-    if claim is not None:
-        return True, isinstance(claim, Mapping), dig(claim, "dataSource", "name")
-    if sandbox.KEY in observed:
-        claims = sandbox.observed_claims(observed)
-        first = claims[0] if claims else None
-        return True, bool(claims), dig(first, "spec", "dataSource", "name")
-    return False, False, None
-
-
 def _fixed_at_creation(ws: WorkspaceSandbox, was: str | None) -> None:
     want = ws.spec.restore_from.snapshot if ws.spec.restore_from else None
     if want == was:
@@ -86,24 +70,20 @@ def _fixed_at_creation(ws: WorkspaceSandbox, was: str | None) -> None:
 
 
 def restore(
-    ws: WorkspaceSandbox, observed: Observed, required: dict[str, list[Manifest]]
+    ws: WorkspaceSandbox,
+    workload: Workload,
+    observed: Observed,
+    required: dict[str, list[Manifest]],
 ) -> Restore:
-    exists, readable, was = _restored_from(observed)
-    if exists:
-        if readable:
-            _fixed_at_creation(ws, was)
+    origin = workload.restored_from(observed)
+    if origin is not None:
+        if origin.readable:
+            _fixed_at_creation(ws, origin.snapshot)
         return Restore()
     if ws.spec.restore_from is None:
         return Restore()
     name, namespace = ws.spec.restore_from.snapshot, ws.metadata.namespace
-    ask = {
-        REQUIREMENT: {
-            "apiVersion": "snapshot.storage.k8s.io/v1",
-            "kind": "VolumeSnapshot",
-            "name": name,
-            "namespace": namespace,
-        }
-    }
+    ask = {REQUIREMENT: require("snapshot.storage.k8s.io/v1", "VolumeSnapshot", name, namespace)}
     found: list[Any] = required.get(REQUIREMENT) or []
     if not found:
         return Restore(ask, f"waiting for VolumeSnapshot {name!r} in {namespace!r} to exist")

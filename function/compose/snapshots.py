@@ -9,19 +9,10 @@ snapshot was taken is recorded on the snapshot itself, since nothing observed la
 and so is a VM disk's guest account, which a VM restored from it keeps.
 """
 
-from collections.abc import Mapping
-
-from function.compose import (
-    sandbox,
-    statefulset,
-    virtual_machine,
-    workspace_claim,
-    workspace_volume,
-)
 from function.compose.cloud_init import GUEST_USER
-from function.compose.names import claim_name, labels, snapshot_name
-from function.compose.observed import condition, dig, settled
-from function.compose.readiness import DISK_READY_PHASES
+from function.compose.names import labels, snapshot_name
+from function.compose.observed import dig, keep_observed_spec
+from function.compose.workload import Workload
 from function.model import Manifest, Observed
 from function.model.platform import Preset
 from function.model.spec import WorkspaceSandbox
@@ -34,63 +25,41 @@ def key(name: str) -> str:
     return PREFIX + name
 
 
-def _true(obj: object, kind: str) -> bool:
-    found = condition(obj if isinstance(obj, Mapping) else None, kind)
-    return found is not None and found.get("status") == "True"
-
-
-def stopped(ws: WorkspaceSandbox, preset: Preset, observed: Observed) -> bool:
+def stopped(ws: WorkspaceSandbox, workload: Workload, observed: Observed) -> bool:
     """Suspended, and observed stopped: nothing writes to the disk."""
-    if ws.spec.power != "Suspended":
-        return False
-    if preset.runtime == "kubevirt":
-        vm = observed.get(virtual_machine.KEY)
-        return bool(dig(vm, "status", "printableStatus") == "Stopped")
-    if statefulset.KEY in observed:
-        return statefulset.stopped(observed[statefulset.KEY])
-    return _true(observed.get(sandbox.KEY), "Suspended")
-
-
-def disk_ready(preset: Preset, observed: Observed) -> bool:
-    if preset.runtime == "kubevirt":
-        phase = dig(observed.get(workspace_volume.KEY), "status", "phase")
-        return phase in DISK_READY_PHASES
-    if statefulset.KEY in observed:
-        return bool(dig(observed.get(workspace_claim.KEY), "status", "phase") == "Bound")
-    # The claim is bound once the pod has been scheduled; it holds data once the pod has run.
-    pod = observed.get(sandbox.KEY)
-    return _true(pod, "Ready") or _true(pod, "Suspended")
+    return ws.spec.power == "Suspended" and workload.stopped(observed)
 
 
 def waiting(
-    ws: WorkspaceSandbox, preset_name: str, preset: Preset, observed: Observed
+    ws: WorkspaceSandbox, preset_name: str, preset: Preset, workload: Workload, observed: Observed
 ) -> str | None:
     """Why a new snapshot can't be taken now, or None."""
-    if not disk_ready(preset, observed):
+    if not workload.disk_ready(observed):
         return "waiting for the workspace disk to be created"
-    if preset.clean_snapshots_only and not stopped(ws, preset, observed):
+    if preset.clean_snapshots_only and not stopped(ws, workload, observed):
         return f"preset {preset_name!r} takes clean snapshots only: suspend the sandbox to take it"
     return None
 
 
-def volume_snapshots(
+def volume_snapshots(  # noqa: PLR0917  # the parts of one snapshot
     ws: WorkspaceSandbox,
     preset_name: str,
     preset: Preset,
+    workload: Workload,
     observed: Observed,
     account: str | None = None,
 ) -> dict[str, Manifest]:
     """`account`: the guest account on a VM's disk; None for a pod's claim, which has none."""
     out: dict[str, Manifest] = {}
-    blocked = waiting(ws, preset_name, preset, observed)
-    claim = claim_name(ws, templated=bool(sandbox.observed_claims(observed)))
+    blocked = waiting(ws, preset_name, preset, workload, observed)
+    claim = workload.claim_name(ws)
     for s in sorted(ws.spec.snapshots, key=lambda s: s.name):
         seen = observed.get(key(s.name))
         if seen is None and blocked is not None:
             continue
         recorded = dig(seen, "metadata", "annotations", CONSISTENCY)
         if recorded not in ("Clean", "Crash"):
-            recorded = "Clean" if seen is None and stopped(ws, preset, observed) else "Crash"
+            recorded = "Clean" if seen is None and stopped(ws, workload, observed) else "Crash"
         annotations = {CONSISTENCY: recorded}
         if account is not None:
             annotations[GUEST_USER] = account
@@ -107,5 +76,5 @@ def volume_snapshots(
                 "source": {"persistentVolumeClaimName": claim},
             },
         }
-        out[key(s.name)] = settled(manifest, key(s.name), observed)
+        out[key(s.name)] = keep_observed_spec(manifest, key(s.name), observed)
     return out

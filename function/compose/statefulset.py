@@ -10,7 +10,7 @@ from typing import Any
 
 from function.compose.names import SERVICE_KEY, identity_labels, labels, pod_labels, sandbox_name
 from function.compose.observed import dig
-from function.compose.sandbox import pod_spec
+from function.compose.pod import pod_spec
 from function.compose.sizing import Size
 from function.model import Manifest
 from function.model.platform import Image, Preset, SandboxPlatform

@@ -14,9 +14,9 @@ from typing import Any
 from function.compose import agent
 from function.compose.cloud_init import GUEST_USER, user_data
 from function.compose.names import labels, pod_labels, sandbox_name, workspace_volume_name
+from function.compose.pod import dns, scheduling
 from function.compose.sizing import Size
 from function.model import Manifest
-from function.model.address import ip_text
 from function.model.platform import Preset, SandboxPlatform
 from function.model.quantity import format_bytes, format_cpu
 from function.model.spec import WorkspaceSandbox
@@ -60,28 +60,6 @@ def _domain(preset: Preset, platform: SandboxPlatform, size: Size) -> dict[str, 
     return domain
 
 
-def _dns(preset: Preset, platform: SandboxPlatform) -> dict[str, Any]:
-    if preset.cluster_dns:
-        return {"dnsPolicy": "ClusterFirst"}
-    # The guest learns its resolvers over DHCP from the pod's DNS settings.
-    return {
-        "dnsPolicy": "None",
-        "dnsConfig": {"nameservers": [ip_text(r) for r in platform.network.resolvers]},
-    }
-
-
-def scheduling(preset: Preset) -> dict[str, Any]:
-    s = preset.scheduling
-    out: dict[str, Any] = {}
-    if s.node_selector:
-        out["nodeSelector"] = dict(sorted(s.node_selector.items()))
-    if s.tolerations:
-        out["tolerations"] = [t.model_dump(exclude_none=True) for t in s.tolerations]
-    if s.priority_class_name:
-        out["priorityClassName"] = s.priority_class_name
-    return out
-
-
 def virtual_machine(
     ws: WorkspaceSandbox,
     preset: Preset,
@@ -116,7 +94,7 @@ def virtual_machine(
             **probe,
             "evictionStrategy": kv.eviction_strategy,
             "terminationGracePeriodSeconds": kv.termination_grace_period_seconds,
-            **_dns(preset, platform),
+            **dns(preset, platform, guest=True),
             **scheduling(preset),
         },
     }

@@ -4,16 +4,18 @@ A Sandbox's claim templates are immutable and the PVC made from them belongs to 
 agent-sandbox controller, so a size change could never reach it. A PVC composed beside the
 Sandbox is ours: raising `resources.disk` raises its request, and the storage class expands the
 volume (LINSTOR's classes allow expansion). Everything else in a PVC's spec is fixed once it
-exists, so those fields are kept as observed. A Sandbox created with a claim template keeps it.
+exists, so those fields are kept as observed. A Sandbox created with a claim template keeps it
+(`workloads/claim_template.py`).
 """
 
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
-from function.compose import sandbox
 from function.compose.names import labels, workspace_volume_name
-from function.compose.observed import dig
+from function.compose.observed import dig, requested_storage
 from function.compose.sizing import Size
+from function.compose.workload import Origin
 from function.model import Manifest, Observed
 from function.model.platform import Preset
 from function.model.quantity import format_bytes
@@ -62,9 +64,17 @@ def claim(ws: WorkspaceSandbox, preset: Preset, size: Size, observed: Observed) 
     }
 
 
-def workspace_claim(
-    ws: WorkspaceSandbox, preset: Preset, size: Size, observed: Observed
-) -> dict[str, Manifest]:
-    if sandbox.observed_claims(observed):
-        return {}
-    return {KEY: claim(ws, preset, size, observed)}
+def composed(observed: Observed) -> bool:
+    return KEY in observed
+
+
+def current_size(observed: Observed) -> Decimal | None:
+    return requested_storage(observed.get(KEY), "spec")
+
+
+def restored_from(observed: Observed) -> Origin | None:
+    """The claim's snapshot, when the claim is observed with a spec; None otherwise."""
+    spec = dig(observed.get(KEY), "spec")
+    if spec is None:
+        return None
+    return Origin(isinstance(spec, Mapping), dig(spec, "dataSource", "name"))

@@ -2,15 +2,15 @@
 
 from decimal import Decimal
 
-from function.compose import kubernetes_object, sandbox, workspace_claim
+from function.compose import kubernetes_object
 from function.compose.cloud_init import GUEST_USER
 from function.compose.names import labels, workspace_volume_name
-from function.compose.observed import dig, settled
+from function.compose.observed import keep_observed_spec, requested_storage
 from function.compose.sizing import Size
 from function.errors import FieldError
 from function.model import Manifest, Observed
 from function.model.platform import Image, Preset, SandboxPlatform
-from function.model.quantity import format_bytes, parse_bytes
+from function.model.quantity import format_bytes
 from function.model.spec import WorkspaceSandbox
 
 KEY = "workspace-volume"
@@ -35,53 +35,9 @@ def _source(ws: WorkspaceSandbox, image: Image) -> dict[str, object]:
 GROW_KEY = "workspace-volume-size"
 
 
-def _requested(obj: object, *path: str) -> Decimal | None:
-    have = dig(obj, *path, "resources", "requests", "storage")
-    try:
-        return parse_bytes(have) if isinstance(have, str) else None
-    except ValueError:
-        return None
-
-
-def _current_size(observed: Observed) -> Decimal | None:
-    """The existing workspace disk's size, as last asked for by anything we compose."""
-    claims = sandbox.observed_claims(observed)
-    sizes = [
-        _requested(observed.get(KEY), "spec", "storage"),
-        _requested(observed.get(GROW_KEY), "spec", "forProvider", "manifest", "spec"),
-        _requested(observed.get(workspace_claim.KEY), "spec"),
-        _requested(claims[0] if claims else None, "spec"),
-    ]
-    known = [s for s in sizes if s is not None]
-    return max(known) if known else None
-
-
-def resize_warnings(
-    ws: WorkspaceSandbox, size: Size, observed: Observed, platform: SandboxPlatform
-) -> list[str]:
-    """Refuse a smaller disk; say when a larger one can't be applied to the existing disk."""
-    # Leaving the size out keeps whatever the disk has, even if the preset's default changed.
-    if ws.spec.resources.disk is None:
-        return []
-    current = _current_size(observed)
-    if current is None:
-        return []
-    if size.disk < current:
-        raise FieldError(
-            "spec.resources.disk",
-            f"{format_bytes(size.disk)} is smaller than the workspace disk already is "
-            f"({format_bytes(current)}); disks never shrink",
-        )
-    if size.disk == current or workspace_claim.KEY in observed:
-        return []
-    if KEY in observed and platform.disk_expansion is not None:
-        return []
-    stays = f"the workspace disk stays at {format_bytes(current)}"
-    if KEY in observed:
-        why = "the platform sets no diskExpansion, and a DataVolume can't change after creation"
-    else:
-        why = "this Sandbox's claim template can't change after creation"
-    return [f"spec.resources.disk: {stays}; {why}"]
+def grown(observed: Observed) -> Decimal | None:
+    """The size the workspace PVC was last grown to; None if it never was."""
+    return requested_storage(observed.get(GROW_KEY), "spec", "forProvider", "manifest", "spec")
 
 
 def growth(
@@ -96,12 +52,12 @@ def growth(
     # The common case, cheaply: no size asked for and nothing grown before.
     if expansion is None or (ws.spec.resources.disk is None and GROW_KEY not in observed):
         return {}
-    made = _requested(observed.get(KEY), "spec", "storage")
+    made = requested_storage(observed.get(KEY), "spec", "storage")
     if made is None:
         return {}
-    grown = _requested(observed.get(GROW_KEY), "spec", "forProvider", "manifest", "spec")
-    want = size.disk if ws.spec.resources.disk is not None else (grown or made)
-    if want <= made and grown is None:
+    was = grown(observed)
+    want = size.disk if ws.spec.resources.disk is not None else (was or made)
+    if want <= made and was is None:
         return {}
     patch: Manifest = {
         "apiVersion": "v1",
@@ -151,4 +107,4 @@ def workspace_volume(  # noqa: PLR0917  # the disk's parts
             },
         },
     }
-    return {KEY: settled(manifest, KEY, observed)}
+    return {KEY: keep_observed_spec(manifest, KEY, observed)}

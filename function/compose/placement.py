@@ -1,0 +1,372 @@
+"""Where a sandbox's parts go: the tenant's namespace, or a namespace of a ComputePlane.
+
+`in_namespace` composes the workload beside its Service, policies and snapshots, once a disk to
+restore (if any) is ready. `in_plane` composes the plane (`plane.py`) and carries the parts into
+it as provider-kubernetes Objects, in stages, each once the previous one is observed ready: the
+sandbox's namespace (Pod Security "restricted"), the plane guard and the policy on the plane's
+workers (`plane_guards`); then its quota, limits, ServiceAccount, network policies, Service and
+workspace claim; then the workload and its snapshots. So the pod never runs before the policies
+that isolate it exist. Once anything is placed, everything stays in the desired state whatever
+the plane reports, so a plane that is briefly unready never makes Crossplane delete a workspace.
+
+Either way the answer is a `Placement`: what is composed, what the status reads the workload
+from, what is still awaited, and which resources Crossplane must fetch.
+"""
+
+from dataclasses import dataclass, field
+
+from function.compose import kubernetes_object, plane, snapshots, workloads, workspace_claim
+from function.compose.disk_size import never_shrinks, resize_warnings
+from function.compose.kubernetes_object import API_VERSION as OBJECT_API
+from function.compose.kubernetes_object import unwrap
+from function.compose.names import labels, plane_namespace, provider_config_name
+from function.compose.network_policy import CILIUM_KEY, KUBERNETES_KEY, network_policies
+from function.compose.never_moves import stays_in_plane
+from function.compose.observed import dig
+from function.compose.plane import NAMESPACE_KEY, PLANE_KEY, provider_config
+from function.compose.plane_guards import (
+    GRACE_SECONDS,
+    GUARD_KEY,
+    KEEP,
+    WORKERS_KEY,
+    plane_guard,
+    usages,
+)
+from function.compose.pod import container_resources
+from function.compose.readiness import is_ready
+from function.compose.requirement import Requirements
+from function.compose.restore import UNFETCHED, restore
+from function.compose.service import KEY as SERVICE_KEY
+from function.compose.service import service
+from function.compose.service_account import KEY as SERVICE_ACCOUNT_KEY
+from function.compose.sizing import Size, size
+from function.compose.snapshots import volume_snapshots
+from function.compose.status import Waiting
+from function.compose.workload import Build, Workload
+from function.model import Manifest, Observed
+from function.model.platform import Image, Preset, SandboxPlatform
+from function.model.quantity import format_bytes
+from function.model.spec import WorkspaceSandbox
+
+QUOTA_KEY = "plane-quota"
+LIMITS_KEY = "plane-limits"
+
+OBJECT: Manifest = {"apiVersion": OBJECT_API, "kind": "Object"}
+# The dedicated plane dies with the sandbox and takes everything in it along; deleting each
+# object first would only wait on a cluster that is going away.
+DEDICATED_MANAGEMENT = KEEP
+POD_SECURITY = {
+    f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "audit", "warn")
+}
+# What the plane holds outside the sandbox's namespace.
+_CLUSTER_SCOPED = (NAMESPACE_KEY, GUARD_KEY)
+_STAGES = (
+    # The guard in the plane and the policy on its workers come first, so that no pod of the
+    # sandbox runs before either exists.
+    (NAMESPACE_KEY, GUARD_KEY, WORKERS_KEY),
+    (
+        QUOTA_KEY,
+        LIMITS_KEY,
+        SERVICE_ACCOUNT_KEY,
+        CILIUM_KEY,
+        KUBERNETES_KEY,
+        SERVICE_KEY,
+        workspace_claim.KEY,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Placement:
+    resources: dict[str, Manifest]
+    """What is composed, keyed by composition-resource name."""
+    runs: Workload
+    desired: dict[str, Manifest]
+    """The parts as the workload sees them (unwrapped in a plane): what its status reads."""
+    observed: Observed
+    """What is observed where the workload runs (inside a plane: what its Objects observe)."""
+    requirements: Requirements = field(default_factory=dict)
+    unfetched: str = ""
+    """What to say if Crossplane can't fetch `requirements`."""
+    warnings: list[str] = field(default_factory=list)
+    waiting: Waiting | None = None
+    """What provisioning waits for before the workload's own progress counts."""
+    plane: str | None = None
+
+
+def in_namespace(
+    ws: WorkspaceSandbox,
+    *,
+    preset_name: str,
+    preset: Preset,
+    platform: SandboxPlatform,
+    image: Image,
+    observed: Observed,
+    required: dict[str, list[Manifest]],
+) -> Placement:
+    """The workload in the tenant's namespace, its disk made once a restore's snapshot is ready."""
+    runs = workloads.of(preset, observed)
+    source = restore(ws, runs, observed, required)
+    sized = size(ws, preset_name, preset, image, source.min_disk)
+    never_shrinks(ws, sized, runs, observed)
+    warnings = resize_warnings(ws, sized, runs, observed, platform)
+    account = runs.guest_account(observed, source.account)
+    resources: dict[str, Manifest] = {}
+    if source.waiting is None:
+        resources |= runs.compose(Build(ws, preset, platform, image, sized, observed, account))
+    resources |= service(ws, preset, platform)
+    resources |= network_policies(ws, preset, platform)
+    resources |= volume_snapshots(ws, preset_name, preset, runs, observed, account)
+    waiting = None
+    if source.waiting is not None:
+        waiting = Waiting("Pending", "WaitingForRestoreSnapshot", source.waiting)
+    return Placement(
+        resources=resources,
+        runs=runs,
+        desired=resources,
+        observed=observed,
+        requirements=source.requirements,
+        unfetched=UNFETCHED,
+        warnings=warnings,
+        waiting=waiting,
+    )
+
+
+def in_plane(
+    ws: WorkspaceSandbox,
+    *,
+    preset_name: str,
+    preset: Preset,
+    platform: SandboxPlatform,
+    image: Image,
+    observed: Observed,
+    required: dict[str, list[Manifest]],
+) -> Placement:
+    """The plane, then Objects carrying the sandbox's parts into it, stage by stage."""
+    stays_in_plane(ws, preset_name, preset, plane.name_of(ws, preset), observed)
+    target = plane.compute_plane(ws, preset_name, preset, observed, required)
+    inside = unwrap(observed)
+    runs = workloads.of(preset, inside)
+    sized = size(ws, preset_name, preset, image)
+    never_shrinks(ws, sized, runs, inside)
+    warnings = resize_warnings(ws, sized, runs, inside, platform)
+    resources = {**target.resources, **plane.host_guards(ws, preset, platform, target.name)}
+    inner: dict[str, Manifest] = {}
+    placing = None
+    if target.waiting is None or _placed(observed):
+        parts = _contents(
+            ws,
+            preset_name=preset_name,
+            preset=preset,
+            platform=platform,
+            image=image,
+            size=sized,
+            inside=inside,
+            runs=runs,
+        )
+        ready = {k: is_ready(OBJECT, observed.get(k)) for k in parts}
+        # The workers' policy is composed directly; placing waits until it exists.
+        if WORKERS_KEY in resources:
+            ready[WORKERS_KEY] = WORKERS_KEY in observed
+        resources |= _wrap(
+            ws, preset=preset, into=target.name, inner=parts, observed=observed, ready=ready
+        )
+        inner = {k: parts[k] for k in parts if k in resources}
+        placing = _placing(target.name, runs, resources, observed, ready)
+    resources |= _ordering(ws, preset, runs, resources)
+    waiting = None
+    if target.waiting is not None:
+        waiting = Waiting("Pending", "WaitingForComputePlane", target.waiting)
+    elif placing is not None:
+        waiting = Waiting("Provisioning", "PlacingInComputePlane", placing)
+    return Placement(
+        resources=resources,
+        runs=runs,
+        desired=inner,
+        observed=inside,
+        requirements=target.requirements,
+        unfetched=target.unfetched() if target.requirements else "",
+        warnings=warnings,
+        waiting=waiting,
+        plane=target.name,
+    )
+
+
+def _namespace(ws: WorkspaceSandbox) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": plane_namespace(ws), "labels": {**labels(ws), **POD_SECURITY}},
+    }
+
+
+def _quota(ws: WorkspaceSandbox, preset: Preset, size: Size) -> Manifest:
+    """Room for exactly this sandbox: one pod of its size, one claim, one ClusterIP Service."""
+    limits = container_resources(preset, size)["limits"]
+    hard = {
+        **{f"requests.{k}": v for k, v in limits.items()},
+        **{f"limits.{k}": v for k, v in limits.items()},
+        "requests.storage": format_bytes(size.disk),
+        "persistentvolumeclaims": "1",
+        "pods": "1",
+        "services": "1",
+        "services.loadbalancers": "0",
+        "services.nodeports": "0",
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "sandbox", "labels": labels(ws)},
+        "spec": {"hard": dict(sorted(hard.items()))},
+    }
+
+
+def _limits(ws: WorkspaceSandbox, preset: Preset, size: Size) -> Manifest:
+    limits = container_resources(preset, size)["limits"]
+    return {
+        "apiVersion": "v1",
+        "kind": "LimitRange",
+        "metadata": {"name": "sandbox", "labels": labels(ws)},
+        "spec": {
+            "limits": [
+                {
+                    "type": "Container",
+                    "default": limits,
+                    "defaultRequest": dict(limits),
+                    "max": dict(limits),
+                },
+                {"type": "PersistentVolumeClaim", "max": {"storage": format_bytes(size.disk)}},
+            ]
+        },
+    }
+
+
+def _inside_platform(platform: SandboxPlatform) -> SandboxPlatform:
+    """Inside the plane no tenant baseline allows anything, so allow rules restrict."""
+    network = platform.network.model_copy(update={"namespaces_allow_internet": False})
+    return platform.model_copy(update={"network": network})
+
+
+def _contents(
+    ws: WorkspaceSandbox,
+    *,
+    preset_name: str,
+    preset: Preset,
+    platform: SandboxPlatform,
+    image: Image,
+    size: Size,
+    inside: Observed,
+    runs: Workload,
+) -> dict[str, Manifest]:
+    """Everything placed inside the plane, unwrapped, keyed like the resources they become."""
+    inside_platform = _inside_platform(platform)
+    guard = {GUARD_KEY: plane_guard(inside_platform)} if platform.network.cilium else {}
+    pod = runs.compose(Build(ws, preset, platform, image, size, inside))
+    return {
+        NAMESPACE_KEY: _namespace(ws),
+        **guard,
+        QUOTA_KEY: _quota(ws, preset, size),
+        LIMITS_KEY: _limits(ws, preset, size),
+        **network_policies(ws, preset, inside_platform),
+        **service(ws, preset, platform),
+        **pod,
+        runs.key: _short_grace(pod[runs.key]),
+        **snapshots.volume_snapshots(ws, preset_name, preset, runs, inside),
+    }
+
+
+def _short_grace(manifest: Manifest) -> Manifest:
+    """The workload with an explicit, short termination grace for its pod."""
+    spec = manifest["spec"]
+    field = "template" if "template" in spec else "podTemplate"
+    template = spec[field]
+    graced = {**template["spec"], "terminationGracePeriodSeconds": GRACE_SECONDS}
+    return {**manifest, "spec": {**spec, field: {**template, "spec": graced}}}
+
+
+def _clears_stage(key: str, observed: Observed, ready: dict[str, bool]) -> bool:
+    """Whether `key` lets the next stage be placed: ready, or a claim that exists."""
+    # A claim of a WaitForFirstConsumer class binds only once its pod exists: waiting for it to
+    # be bound before placing the pod would wait forever.
+    return ready.get(key, False) or (key == workspace_claim.KEY and key in observed)
+
+
+def _staged(
+    placed: dict[str, Manifest], observed: Observed, ready: dict[str, bool]
+) -> dict[str, Manifest]:
+    """What may be placed now: each stage once the one before is ready, and all placed so far.
+
+    A stage also waits for what `ready` judges beside the Objects (the workers' policy).
+    """
+    out: dict[str, Manifest] = {}
+    for stage in (*_STAGES, tuple(placed)):
+        out |= {k: placed[k] for k in stage if k in placed}
+        if not all(_clears_stage(k, observed, ready) for k in stage if k in placed or k in ready):
+            break
+    return out | {k: m for k, m in placed.items() if k in observed}
+
+
+def _wrap(
+    ws: WorkspaceSandbox,
+    *,
+    preset: Preset,
+    into: str,
+    inner: dict[str, Manifest],
+    observed: Observed,
+    ready: dict[str, bool],
+) -> dict[str, Manifest]:
+    """The ProviderConfig and an Object per placed resource, in the plane's sandbox namespace."""
+    ref = {"kind": "ProviderConfig", "name": provider_config_name(ws)}
+    namespace = plane_namespace(ws)
+    dedicated = preset.placement == "DedicatedComputePlane"
+    out = provider_config(ws, preset, into)
+    for key, manifest in _staged(inner, observed, ready).items():
+        keep_deletes = key != GUARD_KEY and (not dedicated or key.startswith(snapshots.PREFIX))
+        out[key] = kubernetes_object.wrap(
+            ws,
+            key,
+            manifest,
+            ref,
+            namespace=None if key in _CLUSTER_SCOPED else namespace,
+            management=None if keep_deletes else DEDICATED_MANAGEMENT,
+        )
+    return out
+
+
+def _placed(observed: Observed) -> bool:
+    """Whether anything is already in the plane: then nothing may leave the desired state."""
+    return any(
+        dig(obj, "kind") == "Object" and dig(obj, "apiVersion") == kubernetes_object.API_VERSION
+        for obj in observed.values()
+    )
+
+
+def _placing(
+    into: str,
+    runs: Workload,
+    placed: dict[str, Manifest],
+    observed: Observed,
+    ready: dict[str, bool],
+) -> str | None:
+    """What placing the workload still waits for, while it isn't placed."""
+    if runs.key in placed:
+        return None
+    waiting = [k for k in placed if k in ready and not _clears_stage(k, observed, ready)]
+    shown = ", ".join(sorted(waiting)) or "the plane"
+    return f"placing the sandbox into ComputePlane {into!r}: waiting for {shown}"
+
+
+def _ordering(
+    ws: WorkspaceSandbox, preset: Preset, runs: Workload, resources: dict[str, Manifest]
+) -> dict[str, Manifest]:
+    """The Usages that order the placement's deletion, for what is composed so far.
+
+    In a shared plane, the policies and the namespace stay while the workload's Object does,
+    and the workers' policy while the namespace's Object does (which waits for the namespace,
+    and so for every pod in it, to be gone). A dedicated plane's Objects delete nothing, and
+    its workers' policy stays while the plane does.
+    """
+    if preset.placement == "DedicatedComputePlane":
+        return usages(ws, resources, [(WORKERS_KEY, PLANE_KEY)])
+    used = (CILIUM_KEY, KUBERNETES_KEY, NAMESPACE_KEY)
+    return usages(ws, resources, [*((k, runs.key) for k in used), (WORKERS_KEY, NAMESPACE_KEY)])

@@ -1,0 +1,146 @@
+"""A KubeVirt VirtualMachine booting from a standalone DataVolume, which outlives it."""
+
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+from function.compose import account, virtual_machine, workspace_volume
+from function.compose.conditions import RUNNING, Condition, Progress, done, not_created, pending
+from function.compose.names import claim_name
+from function.compose.observed import condition, dig, requested_storage
+from function.compose.readiness import DISK_READY_PHASES
+from function.compose.workload import Build, Origin
+from function.model import Manifest, Observed
+from function.model.platform import SandboxPlatform
+from function.model.spec import WorkspaceSandbox
+
+# printableStatus values that need a human, not patience.
+VM_FAILURES = frozenset(
+    {
+        "CrashLoopBackOff",
+        "ErrorUnschedulable",
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "ErrorPvcNotFound",
+        "ErrorDataVolumeNotFound",
+        "DataVolumeError",
+    }
+)
+
+
+def _message(obj: Any, *kinds: str) -> str:
+    for kind in kinds:
+        c = condition(obj, kind)
+        if c and c.get("message"):
+            return str(c["message"])
+    return ""
+
+
+def _disk_step(dv: Any) -> str:
+    phase = dig(dv, "status", "phase") or "Pending"
+    progress = dig(dv, "status", "progress")
+    shown = f" ({progress})" if isinstance(progress, str) and progress not in ("", "N/A") else ""
+    return f"waiting for the workspace disk: DataVolume phase {phase}{shown}"
+
+
+def _failed(vm: Any, dv: Any) -> Condition | None:
+    if dig(dv, "status", "phase") == "Failed":
+        msg = _message(dv, "Running", "Ready") or "the DataVolume failed"
+        return pending("Provisioned", "DiskFailed", msg)
+    printable = dig(vm, "status", "printableStatus")
+    if printable in VM_FAILURES:
+        why = _message(vm, "Failure", "Ready") or "see its events"
+        return pending(
+            "Provisioned", "VirtualMachineFailed", f"VirtualMachine is {printable}: {why}"
+        )
+    return None
+
+
+class VirtualMachine:
+    key = virtual_machine.KEY
+
+    def compose(self, build: Build) -> dict[str, Manifest]:
+        ws, preset, platform, size, observed = (
+            build.ws,
+            build.preset,
+            build.platform,
+            build.size,
+            build.observed,
+        )
+        assert build.account is not None  # noqa: S101  # guest_account always names one.
+        out = workspace_volume.workspace_volume(
+            ws, preset, build.image, size, observed, build.account
+        )
+        out |= workspace_volume.growth(ws, platform, size, observed)
+        out |= virtual_machine.virtual_machine(ws, preset, platform, size, build.account)
+        return out
+
+    def progress(self, ws: WorkspaceSandbox, observed: Observed) -> Progress:  # noqa: PLR0911  # a phase each
+        vm, dv = observed.get(virtual_machine.KEY), observed.get(workspace_volume.KEY)
+        printable = dig(vm, "status", "printableStatus") or "unknown"
+        suspend = ws.spec.power == "Suspended"
+
+        failed = _failed(vm, dv)
+        if failed is not None:
+            return Progress("Failed", failed, RUNNING)
+        if vm is None and dv is None:
+            return not_created(ws, "the disk and VM")
+        if dig(dv, "status", "phase") not in DISK_READY_PHASES:
+            waiting = pending("Provisioned", "WaitingForDisk", _disk_step(dv))
+            not_yet = pending("Suspended", "WaitingForDisk", "the workspace disk is not ready yet")
+            return Progress("Provisioning", waiting, not_yet if suspend else RUNNING)
+        disk_ready = done("Provisioned", "Provisioned", "the workspace disk is ready")
+        if suspend and printable == "Stopped":
+            stopped = done(
+                "Suspended", "Suspended", "the VM is stopped; the workspace disk is kept"
+            )
+            return Progress("Suspended", disk_ready, stopped)
+        if suspend:
+            waiting_msg = f"waiting for the VM to stop (printableStatus {printable})"
+            return Progress(
+                "Suspending", disk_ready, pending("Suspended", "Suspending", waiting_msg)
+            )
+        if dig(vm, "status", "ready") is True:
+            ready = done("Provisioned", "Provisioned", "the disk is ready and the VM is running")
+            return Progress("Running", ready, RUNNING)
+        waiting_msg = f"waiting for the VM to become ready (printableStatus {printable})"
+        return Progress("Provisioning", pending("Provisioned", "StartingVM", waiting_msg), RUNNING)
+
+    def disk_ready(self, observed: Observed) -> bool:
+        return dig(observed.get(workspace_volume.KEY), "status", "phase") in DISK_READY_PHASES
+
+    def stopped(self, observed: Observed) -> bool:
+        return bool(
+            dig(observed.get(virtual_machine.KEY), "status", "printableStatus") == "Stopped"
+        )
+
+    def claim_name(self, ws: WorkspaceSandbox) -> str:
+        # A DataVolume's PVC has the DataVolume's name.
+        return claim_name(ws)
+
+    def has_claim(self, observed: Observed) -> bool:
+        return workspace_volume.KEY in observed
+
+    def guest_account(self, observed: Observed, restored: str | None, /) -> str | None:
+        return account.guest_account(observed, restored)
+
+    def current_size(self, observed: Observed) -> Decimal | None:
+        sizes = [
+            requested_storage(observed.get(workspace_volume.KEY), "spec", "storage"),
+            workspace_volume.grown(observed),
+        ]
+        known = [s for s in sizes if s is not None]
+        return max(known) if known else None
+
+    def fixed_size(self, platform: SandboxPlatform, /) -> str | None:
+        if platform.disk_expansion is not None:
+            return None
+        return "the platform sets no diskExpansion, and a DataVolume can't change after creation"
+
+    def restored_from(self, observed: Observed) -> Origin | None:
+        disk = observed.get(workspace_volume.KEY)
+        if disk is None:
+            return None
+        source, ref = dig(disk, "spec", "source"), dig(disk, "spec", "sourceRef")
+        readable = isinstance(source, Mapping) or isinstance(ref, Mapping)
+        return Origin(readable, dig(source, "snapshot", "name"))
