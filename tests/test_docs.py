@@ -87,3 +87,24 @@ def test_the_first_commands_are_the_ones_ci_runs() -> None:
     install = setup[setup.index("install") + 1 :]
     (pip,) = (shlex.split(line) for line in ci if " install " in line and " -e " in line)
     assert [a for a in pip if a != "--quiet"][-len(install) :] == install
+
+
+def module_map() -> str:
+    text = (ROOT / "docs" / "development.md").read_text()
+    start = text.index("## Module map")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+@pytest.mark.parametrize(
+    "module",
+    sorted(
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "function").rglob("*.py")
+        if p.name not in {"__init__.py", "__version__.py"}
+    ),
+)
+def test_the_module_map_names_every_module_of_the_function(module: str) -> None:
+    """Each module's file name stands in the map, under its folder's heading or in full."""
+    path = Path(module)
+    entry = re.compile(rf"(^|[\s,/]){re.escape(path.name)}(\s|,|$)", re.M)
+    assert entry.search(module_map()), f"docs/development.md's module map misses {module}"
