@@ -307,6 +307,7 @@ class KubernetesBackend:
     """
 
     REAP_EVERY = 5.0  # from the cache: costs the API server nothing
+    REFILL_EVERY = 5.0  # likewise, but for the members it makes and the tenants' limits it reads
     LIMITS_EVERY = 30.0  # how long a tenant's pool limits are used before they are read again
 
     def __init__(
@@ -580,7 +581,7 @@ class KubernetesBackend:
         await self._init(claimed, url)
         return sandbox_of(obj, self.settings, version)
 
-    async def refill(self, leading: Callable[[], bool]) -> None:
+    async def refill(self, leading: Callable[[], bool] = always) -> None:
         """Top every pool up to its size; remove surplus, stale, stuck and too old members.
 
         Only the leader calls it, and `leading` is asked before each write. The members a round

@@ -99,12 +99,19 @@ def pooled_namespaces(objects: Iterable[Mapping[str, Any]], now: datetime) -> se
     return out
 
 
+TEMPLATE_FIELDS = ("image", "preset", "resources")
+
+
 def stale(obj: Mapping[str, Any], template: Template | None) -> bool:
-    """Made from another version of its template (or one no longer offered)."""
+    """Made from another version of its template (or one no longer offered).
+
+    Only the fields a template sets are compared: Crossplane and the platform add their own to
+    an XR's spec (`spec.crossplane`, defaults), which must not make every member look stale.
+    """
     if template is None:
         return True
-    spec = {k: v for k, v in (obj.get("spec") or {}).items() if k != "power"}
-    return spec != template.spec()
+    spec, wanted = obj.get("spec") or {}, template.spec()
+    return any(spec.get(k) != wanted.get(k) for k in TEMPLATE_FIELDS)
 
 
 @dataclass

@@ -505,6 +505,8 @@ def test_the_plan_removes_old_stale_stuck_and_surplus_members_then_tops_up() -> 
         member("a", hour(3)),
         member("b", hour(2)),
     ]
+    # What Crossplane adds to an XR's spec makes no member stale.
+    members[5]["spec"]["crossplane"] = {"compositionRef": {"name": "workspacesandbox"}}
     got = plan(members, pooled(2), 2, now, boot)
     removed = [o["metadata"]["name"] for o in got.remove]
     assert removed == ["old", "stuck", "stale", "a"]
