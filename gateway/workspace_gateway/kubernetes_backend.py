@@ -14,6 +14,10 @@ Each replica watches the gateway's sandboxes in every namespace (`sandbox_cache`
 plane finds a sandbox in that cache, and create and connect wait on its changes rather than
 polling the API server. The cache only saves requests: every answer that matters is also
 reachable by a direct call when it misses or falls silent.
+
+Warm pools (`kubernetes_pools`): a create first claims a ready pool member of its namespace and
+template, and only creates cold when there is none (or none that passes its health check);
+the leader replica's `refill` keeps each pool at its size.
 """
 
 import asyncio
@@ -26,9 +30,9 @@ import logging
 import re
 import secrets
 import string
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import httpx
@@ -37,6 +41,23 @@ from kubernetes.client.exceptions import ApiException
 from workspace_gateway import sealed
 from workspace_gateway.backend import NewSandbox, Sandbox, State, always, choose
 from workspace_gateway.errors import GatewayError, not_found
+from workspace_gateway.kubernetes_pools import (
+    HANDED_OUT,
+    LIMITS_CONFIGMAP,
+    MADE_NOTE,
+    MEMBER,
+    POOL_LABEL,
+    POOL_TEMPLATE_LABEL,
+    READY_NOTE,
+    is_member,
+    is_ready,
+    labels,
+    plan,
+    pooled_namespaces,
+    size_of,
+    tenant_sizes,
+)
+from workspace_gateway.metrics import Metrics
 from workspace_gateway.sandbox_cache import Allowance, Cache, Watcher
 from workspace_gateway.templates import Template
 
@@ -62,6 +83,8 @@ FALLBACK_PER_SECOND, FALLBACK_BURST = 5.0, 10  # `locate`'s direct lists on a ca
 MERGE_PATCH = "application/merge-patch+json"
 UPDATE_ATTEMPTS = 5
 MAX_MESSAGE = 500
+NOT_FOUND, CONFLICT = 404, 409
+CLAIMS = 3  # members a create tries before it creates cold: a broken pool costs little time
 PAUSED_PHASES = frozenset({"Suspending", "Suspended"})
 # RBAC's wording: `... is forbidden: User "x" cannot create resource "y" in API group ...`.
 RBAC_REFUSAL = re.compile(r'\bUser "[^"]*" cannot [a-z]+ resource\b')
@@ -110,6 +133,26 @@ def rfc3339(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _callers(
+    where: tuple[str, str], request: NewSandbox, now: datetime, seed: bytes
+) -> tuple[dict[str, str], dict[str, Any]]:
+    """What a create request sets on its sandbox: annotations, and power and lifetime."""
+    namespace, sandbox_id = where
+    end_at = datetime.fromtimestamp(now.timestamp() + request.timeout, UTC)
+    spec: dict[str, Any] = {"power": "Running"}
+    if request.auto_pause:
+        spec["lifetime"] = {"suspendAt": rfc3339(end_at)}
+    annotations = {
+        TEMPLATE: request.template,
+        STARTED: now.astimezone(UTC).isoformat(),
+        END: end_at.isoformat(),
+        AUTO_PAUSE: "true" if request.auto_pause else "false",
+        METADATA: json.dumps(request.metadata, sort_keys=True),
+        ENV_VARS: sealed.seal(seed, namespace, sandbox_id, request.env_vars),
+    }
+    return annotations, spec
+
+
 def manifest(
     where: tuple[str, str],
     template_name: str,
@@ -120,26 +163,56 @@ def manifest(
     seed: bytes,
 ) -> dict[str, Any]:
     """The WorkspaceSandbox a create request stands for, in `where` (namespace, sandbox ID)."""
-    namespace, sandbox_id = where
-    end = now.timestamp() + request.timeout
-    end_at = datetime.fromtimestamp(end, UTC)
-    spec: dict[str, Any] = {**template.spec(), "power": "Running"}
-    if request.auto_pause:
-        spec["lifetime"] = {"suspendAt": rfc3339(end_at)}
+    annotations, spec = _callers(where, request, now, seed)
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "metadata": {
+            "name": where[1],
+            "labels": {ID_LABEL: where[1]},
+            "annotations": {**annotations, TEMPLATE: template_name},
+        },
+        "spec": {**template.spec(), **spec},
+    }
+
+
+def member_manifest(
+    where: tuple[str, str], template_name: str, template: Template, now: datetime
+) -> dict[str, Any]:
+    """A pool member: the template's spec, running, and nothing of any caller's."""
+    sandbox_id = where[1]
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": KIND,
         "metadata": {
             "name": sandbox_id,
-            "labels": {ID_LABEL: sandbox_id},
-            "annotations": {
-                TEMPLATE: template_name,
-                STARTED: now.astimezone(UTC).isoformat(),
-                END: end_at.isoformat(),
-                AUTO_PAUSE: "true" if request.auto_pause else "false",
-                METADATA: json.dumps(request.metadata, sort_keys=True),
-                ENV_VARS: sealed.seal(seed, namespace, sandbox_id, request.env_vars),
+            "labels": {
+                ID_LABEL: sandbox_id,
+                POOL_LABEL: MEMBER,
+                POOL_TEMPLATE_LABEL: template_name,
             },
+            "annotations": {TEMPLATE: template_name, MADE_NOTE: now.astimezone(UTC).isoformat()},
+        },
+        "spec": {**template.spec(), "power": "Running"},
+    }
+
+
+def handout_patch(
+    member: Mapping[str, Any], request: NewSandbox, now: datetime, seed: bytes
+) -> dict[str, Any]:
+    """The claim: member to handed-out at the version read, with the caller's settings.
+
+    One merge patch, so the label moves only if nobody wrote the object since it was read, and
+    a member is never seen handed out without its caller's metadata and sealed env vars.
+    """
+    metadata = member["metadata"]
+    where = (metadata["namespace"], metadata["name"])
+    annotations, spec = _callers(where, request, now, seed)
+    return {
+        "metadata": {
+            "resourceVersion": metadata["resourceVersion"],
+            "labels": {POOL_LABEL: HANDED_OUT},
+            "annotations": {**annotations, READY_NOTE: None},
         },
         "spec": spec,
     }
@@ -188,6 +261,11 @@ def ours(obj: Mapping[str, Any]) -> bool:
     ) == metadata.get("name")
 
 
+def shown(obj: Mapping[str, Any]) -> bool:
+    """What the E2B API answers for: the gateway's, and not a pool member still in its pool."""
+    return ours(obj) and not is_member(obj)
+
+
 @dataclass(frozen=True)
 class Settings:
     templates: Mapping[str, Template]
@@ -223,14 +301,29 @@ def sandbox_of(obj: Mapping[str, Any], settings: Settings, envd_version: str = "
 
 
 class KubernetesBackend:
-    """The Backend over a cluster; `custom` is the client's `CustomObjectsApi`."""
+    """The Backend over a cluster; `custom` is the client's `CustomObjectsApi`.
+
+    `core` (the `CoreV1Api`) reads tenants' pool limits; without it none is read.
+    """
 
     REAP_EVERY = 5.0  # from the cache: costs the API server nothing
+    REFILL_EVERY = 5.0  # likewise, but for the members it makes and the tenants' limits it reads
+    LIMITS_EVERY = 30.0  # how long a tenant's pool limits are used before they are read again
 
-    def __init__(self, custom: Any, settings: Settings, http: httpx.AsyncClient) -> None:
+    def __init__(
+        self,
+        custom: Any,
+        settings: Settings,
+        http: httpx.AsyncClient,
+        metrics: Metrics | None = None,
+        core: Any = None,
+    ) -> None:
         self.custom = custom
         self.settings = settings
         self.http = http
+        self.metrics = metrics
+        self.core = core
+        self.limits: dict[str, tuple[float, dict[str, int]]] = {}
         self.cache = Cache(ours)
         self.watcher: Watcher | None = None
         self.fallbacks: Allowance | None = None
@@ -256,9 +349,22 @@ class KubernetesBackend:
         return await self._synced()
 
     async def create(self, namespace: str, request: NewSandbox) -> Sandbox:
+        """From the pool when it has a member that passes its health check, else cold."""
         template = self.settings.templates.get(request.template)
         if template is None:
             raise GatewayError(404, f"template {request.template!r} not found")
+        began = asyncio.get_running_loop().time()
+        pooled = template.pool.size > 0
+        sandbox = await self._from_pool(namespace, request) if pooled else None
+        hit = sandbox is not None
+        if sandbox is None:
+            sandbox = await self._cold(namespace, request, template)
+        if pooled and self.metrics is not None:
+            seconds = asyncio.get_running_loop().time() - began
+            self.metrics.served(namespace, request.template, hit=hit, seconds=seconds)
+        return sandbox
+
+    async def _cold(self, namespace: str, request: NewSandbox, template: Template) -> Sandbox:
         sandbox_id = new_id()
         now = datetime.now(UTC)
         where = (namespace, sandbox_id)
@@ -286,7 +392,7 @@ class KubernetesBackend:
             PLURAL,
             label_selector=ID_LABEL,
         )
-        return [sandbox_of(o, self.settings) for o in listed.get("items", []) if ours(o)]
+        return [sandbox_of(o, self.settings) for o in listed.get("items", []) if shown(o)]
 
     async def suspend(self, namespace: str, sandbox_id: str) -> None:
         def change(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -358,7 +464,7 @@ class KubernetesBackend:
         if not is_id(sandbox_id):
             return None  # a header's text never reaches a label selector
         await self._synced()
-        found: Sequence[dict[str, Any]] = self.cache.named(sandbox_id)
+        found: Sequence[dict[str, Any]] = [o for o in self.cache.named(sandbox_id) if shown(o)]
         now = asyncio.get_running_loop().time()
         if not found and self.fallbacks is not None and self.fallbacks.take(now):
             found = await self._listed(sandbox_id)
@@ -373,7 +479,7 @@ class KubernetesBackend:
             label_selector=f"{ID_LABEL}={sandbox_id}",
         )
         items = listed.get("items", [])
-        return tuple(o for o in items if ours(o) and o["metadata"]["name"] == sandbox_id)
+        return tuple(o for o in items if shown(o) and o["metadata"]["name"] == sandbox_id)
 
     async def reap(self, now: datetime, leading: Callable[[], bool] = always) -> None:
         """Kill running sandboxes past their end time; the platform pauses auto-pause ones.
@@ -387,12 +493,216 @@ class KubernetesBackend:
         if not await self._synced():
             return  # no list yet: next round
         for obj in list(self.cache.objects.values()):
+            if is_member(obj):
+                continue  # a member has no end: `refill` removes it when too old
             sandbox = sandbox_of(obj, self.settings)
             expired = sandbox.state is State.RUNNING and sandbox.end_at <= now
             if expired and not sandbox.auto_pause and leading():
                 version = obj["metadata"].get("resourceVersion")
                 with contextlib.suppress(GatewayError):
                     await self._delete(sandbox.namespace, sandbox.sandbox_id, version)
+
+    # --- Warm pools (see `kubernetes_pools`)
+
+    async def _from_pool(self, namespace: str, request: NewSandbox) -> Sandbox | None:
+        """A ready member of this namespace and template, claimed, resumed, checked and `/init`ed.
+
+        Candidates come from the cache, in random order so that replicas rarely reach for the
+        same one; the claim itself is decided by the API server. A member that fails its health
+        check, or does not come back from suspension, is deleted and the next one tried, up to
+        CLAIMS; None then, and the caller creates cold.
+        """
+        if not await self._synced():
+            return None
+        candidates = [
+            o
+            for o in self.cache.objects.values()
+            if o["metadata"].get("namespace") == namespace
+            and is_ready(o)
+            and labels(o).get(POOL_TEMPLATE_LABEL) == request.template
+        ]
+        secrets.SystemRandom().shuffle(candidates)
+        tried = 0
+        for candidate in candidates:
+            if tried >= CLAIMS:
+                break
+            claimed = await self._claim(candidate, request)
+            if claimed is None:
+                continue
+            tried += 1
+            sandbox_id = claimed["metadata"]["name"]
+            try:
+                return await self._hand_out(claimed)
+            except GatewayError as e:
+                log.warning("pool member %s/%s not handed out: %s", namespace, sandbox_id, e)
+                with contextlib.suppress(GatewayError):
+                    await self._delete(namespace, sandbox_id)
+            except BaseException:
+                with contextlib.suppress(GatewayError):
+                    await self._delete(namespace, sandbox_id)
+                raise
+        return None
+
+    async def _claim(self, member: dict[str, Any], request: NewSandbox) -> dict[str, Any] | None:
+        """The member handed out to this request, or None when another took it or it is gone.
+
+        A conflict is also the platform's routine status writes: read again, and try again as
+        long as it is still a ready member.
+        """
+        metadata = member["metadata"]
+        namespace, sandbox_id = metadata["namespace"], metadata["name"]
+        obj: dict[str, Any] = member
+        for _ in range(UPDATE_ATTEMPTS):
+            if not is_ready(obj):
+                return None
+            patch = handout_patch(obj, request, datetime.now(UTC), self.settings.seed)
+            try:
+                claimed: dict[str, Any] = await self._call(
+                    self.custom.patch_namespaced_custom_object,
+                    GROUP,
+                    VERSION,
+                    namespace,
+                    PLURAL,
+                    sandbox_id,
+                    patch,
+                    missing=sandbox_id,
+                    _content_type=MERGE_PATCH,
+                )
+            except GatewayError as e:
+                if e.status == NOT_FOUND:
+                    return None
+                if e.status != CONFLICT:
+                    raise
+                try:
+                    obj = await self._get(namespace, sandbox_id, members=True)
+                except GatewayError as again:
+                    if again.status == NOT_FOUND:
+                        return None
+                    raise
+                continue
+            return dict(claimed)
+        return None
+
+    async def _hand_out(self, claimed: dict[str, Any]) -> Sandbox:
+        """A running member answers `/health` at once; a suspended one is waited for as it resumes.
+
+        `/init` takes the token and env vars from the claim's own write, never from the cache.
+        """
+        namespace, sandbox_id = claimed["metadata"]["namespace"], claimed["metadata"]["name"]
+        url = agent_url(claimed, self.settings.agent_port)
+        if url is not None:
+            version = await self._health(url)
+            if version is None:
+                raise GatewayError(503, "it failed its health check")
+            obj = claimed
+        else:
+            obj, url, version = await self._await_agent(namespace, sandbox_id, claimed)
+        await self._init(claimed, url)
+        return sandbox_of(obj, self.settings, version)
+
+    async def refill(self, leading: Callable[[], bool] = always) -> None:
+        """Top every pool up to its size; remove surplus, stale, stuck and too old members.
+
+        Only the leader calls it, and `leading` is asked before each write. The members a round
+        makes boot at once, each to its agent's first `/health` (never `/init`), then, for the
+        `suspended` temperature, are suspended; the round returns when they are ready.
+        """
+        if not leading() or not await self._synced():
+            return
+        now = datetime.now(UTC)
+        objects = list(self.cache.objects.values())
+        boots: list[Coroutine[Any, Any, bool]] = []
+        pools: list[tuple[str, str, str, int, int]] = []  # the members metric's, and boots
+        for namespace in sorted(pooled_namespaces(objects, now)):
+            lowered = await self._lowered(namespace)
+            members = [
+                o for o in objects if o["metadata"].get("namespace") == namespace and is_member(o)
+            ]
+            names = {n for n, t in self.settings.templates.items() if t.pool.size > 0}
+            names |= {labels(o).get(POOL_TEMPLATE_LABEL, "") for o in members}
+            for name in sorted(names):
+                template = self.settings.templates.get(name)
+                mine = [o for o in members if labels(o).get(POOL_TEMPLATE_LABEL, "") == name]
+                boot = timedelta(seconds=2 * self.settings.ready_seconds)
+                todo = plan(mine, template, size_of(name, template, lowered), now, boot)
+                for obj in todo.remove:
+                    if not leading():
+                        return
+                    version = obj["metadata"].get("resourceVersion")
+                    with contextlib.suppress(GatewayError):  # handed out meanwhile: a 409
+                        await self._delete(namespace, obj["metadata"]["name"], version)
+                if template is None:
+                    continue
+                pools.append((namespace, name, template.pool.temperature, todo.ready, todo.make))
+                boots += [self._boot(namespace, name, template, leading) for _ in range(todo.make)]
+        booted = iter(await asyncio.gather(*boots))
+        for namespace, name, temperature, ready, made in pools:
+            count = ready + sum(next(booted) for _ in range(made))
+            if self.metrics is not None:
+                self.metrics.members(namespace, name, temperature, count)
+
+    async def _boot(
+        self, namespace: str, name: str, template: Template, leading: Callable[[], bool]
+    ) -> bool:
+        """One new member, booted to a healthy agent and marked ready; deleted if it fails."""
+        if not leading():
+            return False
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        sandbox_id = new_id()
+        body = member_manifest((namespace, sandbox_id), name, template, datetime.now(UTC))
+        try:
+            await self._call(
+                self.custom.create_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, body
+            )
+        except GatewayError as e:  # the tenant's quota, most often: the pool waits for room
+            log.info("pool %s/%s: no member added: %s", namespace, name, e.message)
+            return False
+        suspend = template.pool.temperature == "suspended"
+
+        def ready(obj: Mapping[str, Any]) -> dict[str, Any]:
+            if not is_member(obj):
+                raise GatewayError(CONFLICT, "no longer a pool member")
+            patch: dict[str, Any] = {"metadata": {"annotations": {READY_NOTE: "true"}}}
+            return {**patch, "spec": {"power": "Suspended"}} if suspend else patch
+
+        try:
+            await self._await_agent(namespace, sandbox_id, member=True)
+            await self._update(namespace, sandbox_id, ready, members=True)
+        except BaseException as e:
+            with contextlib.suppress(GatewayError):
+                await self._delete(namespace, sandbox_id)
+            if not isinstance(e, GatewayError):
+                raise
+            log.warning("pool %s/%s: member %s failed to boot: %s", namespace, name, sandbox_id, e)
+            return False
+        if self.metrics is not None:
+            self.metrics.topped_up(namespace, name, loop.time() - began)
+        return True
+
+    async def _lowered(self, namespace: str) -> dict[str, int]:
+        """The tenant's own pool sizes (its ConfigMap), read at most every LIMITS_EVERY seconds."""
+        if self.core is None:
+            return {}
+        now = asyncio.get_running_loop().time()
+        known = self.limits.get(namespace)
+        if known is not None and now - known[0] < self.LIMITS_EVERY:
+            return known[1]
+        sizes: dict[str, int] = {}
+        try:
+            found = await asyncio.to_thread(
+                self.core.read_namespaced_config_map, LIMITS_CONFIGMAP, namespace
+            )
+            sizes = tenant_sizes(found.data)
+        except ApiException as e:
+            if e.status != NOT_FOUND:
+                log.warning("pool limits of %s unreadable: %s %s", namespace, e.status, e.reason)
+                sizes = known[1] if known is not None else {}
+        except Exception:
+            log.exception("pool limits of %s unreadable", namespace)
+            sizes = known[1] if known is not None else {}
+        self.limits[namespace] = (now, sizes)
+        return sizes
 
     async def _synced(self) -> bool:
         """Whether the watch has listed once, waiting for that a little."""
@@ -409,35 +719,58 @@ class KubernetesBackend:
         await self.http.aclose()
 
     async def _ready(self, namespace: str, sandbox_id: str) -> Sandbox:
-        """Wait for the platform to run it and its agent to answer, then `/init` it.
+        """Wait for the platform to run it and its agent to answer, then `/init` it."""
+        obj, url, version = await self._await_agent(namespace, sandbox_id)
+        await self._init(obj, url)
+        return sandbox_of(obj, self.settings, version)
+
+    async def _await_agent(
+        self,
+        namespace: str,
+        sandbox_id: str,
+        first: dict[str, Any] | None = None,
+        *,
+        member: bool = False,
+    ) -> tuple[dict[str, Any], str, str]:
+        """The object once its agent answers `/health`, the agent's URL and envd version.
 
         The object's changes come from the watch; the API server is asked only after
         RECHECK_SECONDS without an event (a watch cut off, or not yet listed), or to confirm a
-        deletion. Only the agent is polled, every HEALTH_SECONDS while it boots.
+        deletion. Only the agent is polled, every HEALTH_SECONDS while it boots. Only a version
+        that is (`member`) or is not a pool member counts: a lagging cache's view of a member
+        from before its hand-out is never taken for the handed-out sandbox.
         """
         self.start()
         loop = asyncio.get_running_loop()
         key = (namespace, sandbox_id)
         deadline = loop.time() + self.settings.ready_seconds
-        obj = self.cache.get(key)  # the watch's first list, too, wakes `change`
+
+        def fit(found: dict[str, Any] | None) -> dict[str, Any] | None:
+            return found if found is not None and is_member(found) == member else None
+
+        obj = fit(first if first is not None else self.cache.get(key))
         stale_at = loop.time() + RECHECK_SECONDS
         while (now := loop.time()) < deadline:
             url = agent_url(obj, self.settings.agent_port) if obj is not None else None
             if obj is not None and url is not None:
                 version = await self._health(url)
                 if version is not None:
-                    await self._init(obj, url)
-                    return sandbox_of(obj, self.settings, version)
+                    return obj, url, version
                 now = loop.time()
             if now >= stale_at:
-                obj = await self._get(namespace, sandbox_id)
+                obj = fit(await self._get(namespace, sandbox_id, members=member))
                 stale_at = loop.time() + RECHECK_SECONDS
                 continue
             wait = min(stale_at, deadline) - now
             if url is not None:
                 wait = min(wait, HEALTH_SECONDS)
             if await self.cache.change(key, wait):
-                obj = self.cache.get(key) or await self._get(namespace, sandbox_id)
+                cached = self.cache.get(key)
+                obj = (
+                    fit(cached)
+                    if cached is not None
+                    else await self._get(namespace, sandbox_id, members=member)
+                )
                 stale_at = loop.time() + RECHECK_SECONDS
         seconds = self.settings.ready_seconds
         raise GatewayError(504, f"sandbox {sandbox_id!r} was not ready within {seconds:.0f} s")
@@ -465,7 +798,10 @@ class KubernetesBackend:
         if answer.status_code != 204:  # noqa: PLR2004  # HTTP No Content
             raise GatewayError(500, f"the sandbox's agent refused /init: {answer.text[:200]}")
 
-    async def _get(self, namespace: str, sandbox_id: str) -> dict[str, Any]:
+    async def _get(
+        self, namespace: str, sandbox_id: str, *, members: bool = False
+    ) -> dict[str, Any]:
+        """The gateway's object of this ID; a pool member only with `members`, else a 404."""
         if not is_id(sandbox_id):
             raise not_found(sandbox_id)  # never a name the cluster would read as a path
         obj = await self._call(
@@ -477,12 +813,17 @@ class KubernetesBackend:
             sandbox_id,
             missing=sandbox_id,
         )
-        if not ours(obj):
+        if not ours(obj) or (is_member(obj) and not members):
             raise not_found(sandbox_id)
         return dict(obj)
 
     async def _update(
-        self, namespace: str, sandbox_id: str, change: Callable[[Mapping[str, Any]], dict[str, Any]]
+        self,
+        namespace: str,
+        sandbox_id: str,
+        change: Callable[[Mapping[str, Any]], dict[str, Any]],
+        *,
+        members: bool = False,
     ) -> dict[str, Any]:
         """Read, decide, merge-patch at that resourceVersion; read again if it moved meanwhile.
 
@@ -490,7 +831,7 @@ class KubernetesBackend:
         object as it was decided on is returned.
         """
         for _ in range(UPDATE_ATTEMPTS):
-            obj = await self._get(namespace, sandbox_id)
+            obj = await self._get(namespace, sandbox_id, members=members)
             patch = change(obj)
             version = {"resourceVersion": obj["metadata"]["resourceVersion"]}
             patch = {**patch, "metadata": {**patch.get("metadata", {}), **version}}

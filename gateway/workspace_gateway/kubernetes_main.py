@@ -30,7 +30,10 @@ def open_cluster(args: argparse.Namespace) -> tuple[KubernetesBackend, Keys, Ele
         sys.exit(f"workspace-sandbox-gateway: {e}")
     settings = Settings(templates=mapping, seed=seed, agent_port=args.agent_port)
     backend = KubernetesBackend(
-        client.CustomObjectsApi(api), settings, httpx.AsyncClient(trust_env=False)
+        client.CustomObjectsApi(api),
+        settings,
+        httpx.AsyncClient(trust_env=False),
+        core=client.CoreV1Api(api),  # tenants' pool limits
     )
     namespace = cluster.gateway_namespace(args.gateway_namespace)
     elector = Elector(client.CoordinationV1Api(api), namespace)

@@ -7,8 +7,11 @@ The platform team writes it once, as YAML:
         preset: standard          # optional: the platform's default preset otherwise
         image: ubuntu-24.04       # a name in the platform's image catalog
         resources: {cpu: "2", memory: 4Gi, disk: 20Gi}   # optional, each within the preset
+        pool: {size: 2, temperature: suspended}           # optional: no pool otherwise
 
-A template not listed is answered as E2B answers an unknown one (404).
+A template not listed is answered as E2B answers an unknown one (404). `pool` is the warm pool
+each tenant namespace gets of it (see `pools`): `size` members made ahead (0, the default, is
+none), `running` or `suspended` (the default: a member then costs only its disk).
 """
 
 import math
@@ -23,6 +26,8 @@ import yaml
 NAME = re.compile(r"[a-zA-Z0-9][-a-zA-Z0-9_.]{0,62}")
 PRESET = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 RESOURCES = ("cpu", "memory", "disk")
+TEMPERATURES = ("running", "suspended")
+MAX_POOL = 100  # per template and namespace: more is a typo, and a bill
 SUFFIXES = {
     "": 1,
     "k": 10**3,
@@ -46,10 +51,19 @@ class TemplateError(ValueError):
 
 
 @dataclass(frozen=True)
+class Pool:
+    """How many members of a template each tenant namespace keeps ready, and how warm."""
+
+    size: int = 0
+    temperature: str = "suspended"
+
+
+@dataclass(frozen=True)
 class Template:
     image: str
     preset: str | None = None
     resources: dict[str, str] = field(default_factory=dict)
+    pool: Pool = Pool()
 
     def spec(self) -> dict[str, Any]:
         """The WorkspaceSandbox spec it stands for (power and lifetime are the gateway's)."""
@@ -90,7 +104,7 @@ def quantity(text: str) -> Decimal:
 def _template(name: str, value: object, where: str) -> Template:
     if not isinstance(value, dict):
         raise TemplateError(f"{where}: templates.{name} must be a mapping")
-    unknown = set(value) - {"image", "preset", "resources"}
+    unknown = set(value) - {"image", "preset", "resources", "pool"}
     if unknown:
         raise TemplateError(f"{where}: templates.{name} has unknown fields {sorted(unknown)}")
     image, preset = value.get("image"), value.get("preset")
@@ -114,7 +128,25 @@ def _template(name: str, value: object, where: str) -> Template:
                 "zero such as 2, 1500m or 4Gi"
             ) from None
         sizes[k] = str(v)
-    return Template(image=image, preset=preset, resources=sizes)
+    pool = _pool(value.get("pool"), f"{where}: templates.{name}.pool")
+    return Template(image=image, preset=preset, resources=sizes, pool=pool)
+
+
+def _pool(value: object, where: str) -> Pool:
+    if value is None:
+        return Pool()
+    if not isinstance(value, dict):
+        raise TemplateError(f"{where} must be a mapping such as {{size: 2}}")
+    unknown = set(value) - {"size", "temperature"}
+    if unknown:
+        raise TemplateError(f"{where} has unknown fields {sorted(unknown)}")
+    size = value.get("size", 0)
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_POOL:
+        raise TemplateError(f"{where}.size must be a whole number from 0 to {MAX_POOL}")
+    temperature = value.get("temperature", "suspended")
+    if temperature not in TEMPERATURES:
+        raise TemplateError(f"{where}.temperature must be one of {list(TEMPERATURES)}")
+    return Pool(size=size, temperature=temperature)
 
 
 def parse(text: str, where: str) -> dict[str, Template]:

@@ -31,6 +31,7 @@ ARGOCD = ROOT / "deploy" / "argocd"
 # The SDK pings every 50 s on a quiet stream; anything that cuts an idle stream must wait longer.
 SDK_KEEPALIVE_SECONDS = 50
 REAPER_LEASE = "workspace-sandbox-gateway-reaper"
+POOL_LIMITS = "sandbox-gateway-pools"
 
 
 @cache
@@ -391,6 +392,7 @@ TYPED: dict[str, Grant] = {
     "patch_namespaced_lease": ("coordination.k8s.io", "leases", "patch"),
     "create_token_review": ("authentication.k8s.io", "tokenreviews", "create"),
     "create_subject_access_review": ("authorization.k8s.io", "subjectaccessreviews", "create"),
+    "read_namespaced_config_map": ("", "configmaps", "get"),
 }
 CUSTOM_VERBS = {
     "get": "get",
@@ -600,6 +602,14 @@ def test_the_lease_is_reachable_only_by_its_name() -> None:
     lease_calls = [c for c in client_calls() if "lease" in c.method]
     if lease_calls:
         assert REAPER_LEASE in constants().values()
+
+
+def test_of_tenants_configmaps_only_the_pool_limits_are_readable() -> None:
+    """A tenant's other ConfigMaps are none of the gateway's business."""
+    grants = granted()
+    assert grants["", "configmaps", "get"] == {POOL_LIMITS}
+    assert not {g for g in grants if g[1] == "configmaps" and g[2] != "get"}
+    assert POOL_LIMITS in constants().values()
 
 
 def test_no_wildcards_and_the_account_talks_to_the_api_server() -> None:

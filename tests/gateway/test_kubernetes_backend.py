@@ -119,10 +119,16 @@ class Platform:
                 "lastTransitionTime": "2026-01-01T00:00:00Z",
             }
             status = {"phase": "Running", "endpoint": host, "conditions": [ready]}
-            self.cluster.update(key, lambda o: o.update(status=status))
+            self._status(key, status)
         elif not running and phase != "Suspended":
             await self.stop(where)
-            self.cluster.update(key, lambda o: o.update(status={"phase": "Suspended"}))
+            self._status(key, {"phase": "Suspended"})
+
+    def _status(self, key: kube_fake.Key, status: dict[str, Any]) -> None:
+        # Deleted while its agent started or stopped (a kill, a pool member removed): the
+        # platform has nothing left to report on; its agent stops with the others in `close`.
+        with contextlib.suppress(KeyError):
+            self.cluster.update(key, lambda o: o.update(status=status))
 
     def _workspace(self, where: tuple[str, str]) -> Path:
         # Outside pytest's root-only temporary folders, so that `nobody` can reach it.
