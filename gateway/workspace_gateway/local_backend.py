@@ -234,30 +234,33 @@ class LocalBackend:
 
     async def refill(self, leading: Callable[[], bool] = always) -> None:
         """Make members until every pool holds its size; those that fail are logged, not kept."""
-        jobs = []
+        keys = []
         for key, pool in self.pools.items():
             for _ in range(pool.size - len(self.members[key]) - self.making[key]):
                 if self.closed or not leading():
                     break
                 self.making[key] += 1
-                jobs.append(self._top_up(key, pool))
-        for failed in await asyncio.gather(*jobs, return_exceptions=True):
-            if isinstance(failed, BaseException):
-                log.warning("making a pool member failed: %s", failed)
+                keys.append(key)
+        # Counted down here, not in each job: a job cancelled before it ran has no `finally`.
+        try:
+            jobs = [self._top_up(key, self.pools[key]) for key in keys]
+            for failed in await asyncio.gather(*jobs, return_exceptions=True):
+                if isinstance(failed, BaseException):
+                    log.warning("making a pool member failed: %s", failed)
+        finally:
+            for key in keys:
+                self.making[key] -= 1
 
     async def _top_up(self, key: PoolKey, pool: Pool) -> None:
         began = time.monotonic()
+        member = self._new_entry(*key)
         try:
-            member = self._new_entry(*key)
-            try:
-                await self._launch(member)
-                if pool.temperature is Temperature.SUSPENDED:
-                    await self._stop(member)
-            except BaseException:
-                await self._remove(member)
-                raise
-        finally:
-            self.making[key] -= 1
+            await self._launch(member)
+            if pool.temperature is Temperature.SUSPENDED:
+                await self._stop(member)
+        except BaseException:
+            await self._remove(member)
+            raise
         if self.closed:
             await self._remove(member)
             return

@@ -205,3 +205,20 @@ async def test_the_audit_line_of_a_create_says_hit_or_miss(
     ]
     assert [line.get("pool") for line in lines] == ["hit", "miss", None]
     assert all(line["durationMs"] > 0 for line in lines[:2])
+
+
+async def test_a_cancelled_top_up_leaves_no_member_no_process_and_no_count() -> None:
+    backend = pooled(3)
+    try:
+        refill = asyncio.create_task(backend.refill())
+        await asyncio.sleep(0.05)  # the agents are starting
+        refill.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await refill
+        assert backend.making == {("local", "base"): 0}
+        assert backend.members["local", "base"] == []
+        assert backend.processes == {}
+        await backend.refill()
+        assert len(backend.members["local", "base"]) == 3
+    finally:
+        await backend.close()
