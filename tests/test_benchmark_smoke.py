@@ -2,7 +2,7 @@
 
 The function's run checks every answer against the in-process render; the agent's and the
 gateway's read every file back and compare hashes, and count the errors of the sandboxes they
-run at once.
+run at once. The pool benchmark checks that every create and connect answered its first command.
 """
 
 import subprocess
@@ -33,6 +33,14 @@ SMOKE = {
         "commands.run('true'): p50",
         "MiB write |",
         "MiB read |",
+    ),
+    "bench.pool_benchmark": (
+        "smoke run: every hit, miss and connect answered its first command",
+        "| hit, running |",
+        "| hit, suspended |",
+        "| miss |",
+        "| connect |",
+        "a running pool's hit is",
     ),
 }
 

@@ -75,6 +75,7 @@ def build_app(backend: Backend, http: httpx.AsyncClient, *, keys: Keys, domain: 
             await respond_json(send, 200 if ready else 503, {"ready": ready})
             return
         entry = audit.Entry()
+        current = audit.CURRENT.set(entry)
         receive, send = entry.counting(receive, send)
         try:
             if target is None:
@@ -89,6 +90,7 @@ def build_app(backend: Backend, http: httpx.AsyncClient, *, keys: Keys, domain: 
         except GatewayError as e:
             await respond_json(send, e.status, e.body())
         finally:
+            audit.CURRENT.reset(current)
             audit.write(entry)
 
     return app

@@ -3,11 +3,14 @@
 Only what identifies a request is logged: the key's ID (never the key), the namespace, the
 sandbox ID, the route's template (never the query, which may carry file paths or signatures),
 the status, the bytes each way and the time taken. Tokens, metadata and bodies never are.
+A create also says whether a warm pool answered it (`pool: hit`) or it was made cold (`miss`),
+so a slow create is explained on its own line.
 """
 
 import json
 import logging
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -30,9 +33,12 @@ class Entry:
     bytes_in: int = 0
     bytes_out: int = 0
     started: float = field(default_factory=time.monotonic)
+    pool: str | None = None
+    """A create's `hit` or `miss`; None for every other request."""
 
     def line(self, now: float | None = None) -> str:
         duration = ((time.monotonic() if now is None else now) - self.started) * 1000
+        pool = {} if self.pool is None else {"pool": self.pool}
         return json.dumps(
             {
                 "time": self.at.isoformat().replace("+00:00", "Z"),
@@ -44,6 +50,7 @@ class Entry:
                 "bytesIn": self.bytes_in,
                 "bytesOut": self.bytes_out,
                 "durationMs": round(duration, 1),
+                **pool,
             },
             separators=(",", ":"),
         )
@@ -63,6 +70,19 @@ class Entry:
             await send(message)
 
         return counted_receive, counted_send
+
+
+# The request being served, per asyncio task: the backend learns hit or miss deep inside a
+# create, and the Backend protocol's create returns only the sandbox. A ContextVar is per
+# request, never shared between two.
+CURRENT: ContextVar[Entry | None] = ContextVar("audit_entry", default=None)
+
+
+def note_pool(*, hit: bool) -> None:
+    """Record on the current request's line that a create was a pool hit or a miss."""
+    entry = CURRENT.get()
+    if entry is not None:
+        entry.pool = "hit" if hit else "miss"
 
 
 def write(entry: Entry) -> None:

@@ -132,3 +132,30 @@ async def reap_forever(backend: Reaping, leading: Callable[[], bool] = always) -
         except Exception:  # one bad round must not end reaping for good
             logging.getLogger(__name__).exception("reaping expired sandboxes failed")
         await asyncio.sleep(backend.REAP_EVERY)
+
+
+class Refilling(Protocol):
+    REFILL_EVERY: float
+    """Seconds between two top-ups."""
+
+    async def refill(self, leading: Callable[[], bool]) -> None:
+        """Make pool members until every pool holds its size.
+
+        `leading` is asked before each member made: with several replicas only the leader
+        tops up, so that pools are not filled once per replica.
+        """
+
+
+async def refill_forever(backend: Refilling, leading: Callable[[], bool] = always) -> None:
+    """Keep the warm pools full for as long as the gateway serves, as `reap_forever` reaps.
+
+    A create takes a member and returns at once; the member is replaced here, in the
+    background, so that no caller waits for a top-up.
+    """
+    while True:
+        try:
+            if leading():
+                await backend.refill(leading)
+        except Exception:  # one bad round must not end the top-ups for good
+            logging.getLogger(__name__).exception("topping up the warm pools failed")
+        await asyncio.sleep(backend.REFILL_EVERY)

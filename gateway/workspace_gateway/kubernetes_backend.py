@@ -344,6 +344,15 @@ class KubernetesBackend:
     def templates(self) -> frozenset[str]:
         return frozenset(self.settings.templates)
 
+    REFILL_EVERY = 5.0
+
+    async def refill(self, leading: Callable[[], bool]) -> None:
+        """Nothing yet: the cluster's warm pools are not built on this branch.
+
+        A placeholder so that `main` runs one `refill_forever` for either backend; the
+        cluster's pools replace it with the top-up of each tenant's template pools.
+        """
+
     async def ready(self) -> bool:
         """Once the watch has listed: the first readiness probe starts it."""
         return await self._synced()

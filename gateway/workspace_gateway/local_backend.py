@@ -3,6 +3,11 @@
 No isolation at all: every agent runs as this user over a temporary folder of its own. For
 development and tests. Pause stops the agent and keeps its folder; connect starts it again and
 re-runs `/init`, as after a VM's cold boot.
+
+Warm pools (`--pool-size`) stand in for a cluster's: a *running* member is an agent started and
+healthy but never `/init`ed; a *suspended* member had its folder made and its agent started
+once, then stopped (first boot, then suspend). A member has never run anyone's command and
+carries no token or env vars until a create takes it.
 """
 
 import asyncio
@@ -14,15 +19,19 @@ import shutil
 import socket
 import string
 import tempfile
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from pathlib import Path
 
 import httpx
 
+from workspace_gateway import audit
 from workspace_gateway.backend import NewSandbox, Sandbox, State, always, choose
 from workspace_gateway.errors import GatewayError, not_found
+from workspace_gateway.metrics import Metrics
 
 TEMPLATES = frozenset({"base"})
 ID_ALPHABET = string.ascii_lowercase + string.digits
@@ -50,6 +59,23 @@ def machine_figures() -> tuple[int, int, int]:
     return os.cpu_count() or 1, memory, disk
 
 
+class Temperature(StrEnum):
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+
+
+@dataclass(frozen=True)
+class Pool:
+    """How many members one namespace's template keeps ready, and how warm."""
+
+    size: int
+    temperature: Temperature = Temperature.RUNNING
+
+
+PoolKey = tuple[str, str]
+"""Namespace and template."""
+
+
 @dataclass
 class _Entry:
     sandbox: Sandbox
@@ -63,10 +89,28 @@ class LocalBackend:
     """Sandboxes as local agent processes; all of them go when `close` is called."""
 
     REAP_EVERY = 1.0
+    REFILL_EVERY = 0.25
+    """Seconds between two top-ups: a taken member is replaced about that soon after."""
 
-    def __init__(self, agent: Path, user: str) -> None:
+    def __init__(
+        self,
+        agent: Path,
+        user: str,
+        metrics: Metrics | None = None,
+        pools: Mapping[PoolKey, Pool] | None = None,
+    ) -> None:
         self.agent = agent
         self.user = user
+        self.metrics = metrics
+        self.pools = dict(pools or {})
+        for (_, template), pool in self.pools.items():
+            if template not in TEMPLATES or pool.size < 0:
+                raise GatewayError(500, f"no pool of {pool.size} for template {template!r}")
+        # Members ready to hand out, oldest first; never in `entries`, so neither listed nor
+        # reachable through the proxy until taken. `making` counts those being made.
+        self.members: dict[PoolKey, list[_Entry]] = {key: [] for key in self.pools}
+        self.making: dict[PoolKey, int] = dict.fromkeys(self.pools, 0)
+        self.closed = False
         self.figures = machine_figures()
         self.entries: dict[str, _Entry] = {}
         # Every agent process, and its port, until it has been waited for, whatever cancelled
@@ -82,35 +126,153 @@ class LocalBackend:
         return True
 
     async def create(self, namespace: str, request: NewSandbox) -> Sandbox:
-        sandbox_id = new_id()
-        workspace = Path(tempfile.mkdtemp(prefix=f"sandbox-{sandbox_id}-"))
-        now = datetime.now(UTC)
-        cpu, memory, disk = self.figures
-        sandbox = Sandbox(
-            sandbox_id=sandbox_id,
-            template=request.template,
-            metadata=dict(request.metadata),
-            state=State.PAUSED,
-            started_at=now,
-            end_at=now + timedelta(seconds=request.timeout),
-            cpu_count=cpu,
-            memory_mb=memory,
-            disk_size_mb=disk,
-            envd_version="",
-            access_token=secrets.token_hex(32),
-            auto_pause=request.auto_pause,
-            endpoint=None,
-            namespace=namespace,
-        )
-        entry = _Entry(sandbox, workspace, dict(request.env_vars), None, asyncio.Lock())
+        """From the pool when it has a healthy member, else cold; hit or miss is reported."""
+        arrived = time.monotonic()
+        key = (namespace, request.template)
+        sandbox = None
+        # Taking a member is synchronous (no await between looking and popping), so two
+        # creates at once never take the same one.
+        while sandbox is None and (member := self._take(key)) is not None:
+            try:
+                sandbox = await self._hand_out(member, namespace, request)
+            except GatewayError as e:
+                log.warning("pool member %s dropped: %s", member.sandbox.sandbox_id, e.message)
+        hit = sandbox is not None
+        if sandbox is None:
+            sandbox = await self._cold(namespace, request)
+        audit.note_pool(hit=hit)
+        if self.metrics is not None:
+            seconds = time.monotonic() - arrived
+            self.metrics.served(namespace, request.template, hit=hit, seconds=seconds)
+        return sandbox
+
+    async def _cold(self, namespace: str, request: NewSandbox) -> Sandbox:
+        entry = self._new_entry(namespace, request.template)
+        entry.sandbox = self._assigned(entry.sandbox, namespace, request)
+        entry.env_vars = dict(request.env_vars)
         try:
             await self._start(entry)
         except BaseException:
             await self._remove(entry)
             raise
         # Listed only once usable; a shutdown meanwhile cancels this request, which removes it.
-        self.entries[sandbox_id] = entry
+        self.entries[entry.sandbox.sandbox_id] = entry
         return entry.sandbox
+
+    def _new_entry(self, namespace: str, template: str) -> _Entry:
+        sandbox_id = new_id()
+        workspace = Path(tempfile.mkdtemp(prefix=f"sandbox-{sandbox_id}-"))
+        now = datetime.now(UTC)
+        cpu, memory, disk = self.figures
+        sandbox = Sandbox(
+            sandbox_id=sandbox_id,
+            template=template,
+            metadata={},
+            state=State.PAUSED,
+            started_at=now,
+            end_at=now,
+            cpu_count=cpu,
+            memory_mb=memory,
+            disk_size_mb=disk,
+            envd_version="",
+            access_token="",
+            auto_pause=False,
+            endpoint=None,
+            namespace=namespace,
+        )
+        return _Entry(sandbox, workspace, {}, None, asyncio.Lock())
+
+    @staticmethod
+    def _assigned(sandbox: Sandbox, namespace: str, request: NewSandbox) -> Sandbox:
+        """What a create gives a sandbox, member or not: its caller's, and a fresh token."""
+        now = datetime.now(UTC)
+        return replace(
+            sandbox,
+            namespace=namespace,
+            template=request.template,
+            metadata=dict(request.metadata),
+            started_at=now,
+            end_at=now + timedelta(seconds=request.timeout),
+            access_token=secrets.token_hex(32),
+            auto_pause=request.auto_pause,
+        )
+
+    def _take(self, key: PoolKey) -> _Entry | None:
+        members = self.members.get(key)
+        if not members:
+            return None
+        member = members.pop(0)
+        self._count(key)
+        return member
+
+    async def _hand_out(self, member: _Entry, namespace: str, request: NewSandbox) -> Sandbox:
+        """The caller's settings and token on a member, checked healthy; else it is removed."""
+        try:
+            member.sandbox = self._assigned(member.sandbox, namespace, request)
+            member.env_vars = dict(request.env_vars)
+            if member.process is None:  # suspended: resume, which runs /init
+                await self._start(member)
+            else:
+                await self._check_health(member)
+                await self._init(member)
+        except BaseException:
+            await self._remove(member)
+            raise
+        self.entries[member.sandbox.sandbox_id] = member
+        return member.sandbox
+
+    async def _check_health(self, member: _Entry) -> None:
+        process, endpoint = member.process, member.sandbox.endpoint
+        if process is None or process.returncode is not None or endpoint is None:
+            raise GatewayError(503, "its agent is not running")
+        try:
+            answer = await self.http.get(endpoint + "/health", timeout=1.0)
+        except httpx.TransportError as e:
+            raise GatewayError(503, f"its health check failed: {e!r}") from None
+        if not answer.is_success:
+            raise GatewayError(503, f"its health check answered {answer.status_code}")
+
+    async def refill(self, leading: Callable[[], bool] = always) -> None:
+        """Make members until every pool holds its size; those that fail are logged, not kept."""
+        keys = []
+        for key, pool in self.pools.items():
+            for _ in range(pool.size - len(self.members[key]) - self.making[key]):
+                if self.closed or not leading():
+                    break
+                self.making[key] += 1
+                keys.append(key)
+        # Counted down here, not in each job: a job cancelled before it ran has no `finally`.
+        try:
+            jobs = [self._top_up(key, self.pools[key]) for key in keys]
+            for failed in await asyncio.gather(*jobs, return_exceptions=True):
+                if isinstance(failed, BaseException):
+                    log.warning("making a pool member failed: %s", failed)
+        finally:
+            for key in keys:
+                self.making[key] -= 1
+
+    async def _top_up(self, key: PoolKey, pool: Pool) -> None:
+        began = time.monotonic()
+        member = self._new_entry(*key)
+        try:
+            await self._launch(member)
+            if pool.temperature is Temperature.SUSPENDED:
+                await self._stop(member)
+        except BaseException:
+            await self._remove(member)
+            raise
+        if self.closed:
+            await self._remove(member)
+            return
+        self.members[key].append(member)
+        self._count(key)
+        if self.metrics is not None:
+            self.metrics.topped_up(*key, time.monotonic() - began)
+
+    def _count(self, key: PoolKey) -> None:
+        if self.metrics is not None:
+            temperature = self.pools[key].temperature.value
+            self.metrics.members(*key, temperature, len(self.members[key]))
 
     async def get(self, namespace: str, sandbox_id: str) -> Sandbox:
         return self._entry(namespace, sandbox_id).sandbox
@@ -170,6 +332,11 @@ class LocalBackend:
                             await self._remove(entry)
 
     async def close(self) -> None:
+        self.closed = True
+        for key, members in self.members.items():
+            while members:
+                await self._remove(members.pop())
+            self._count(key)
         for entry in list(self.entries.values()):
             await self._remove(entry)
         for process in list(self.processes):
@@ -204,6 +371,11 @@ class LocalBackend:
         return port
 
     async def _start(self, entry: _Entry) -> None:
+        await self._launch(entry)
+        await self._init(entry)
+
+    async def _launch(self, entry: _Entry) -> None:
+        """Start its agent and wait until healthy: running, but not `/init`ed."""
         port = self._free_port()
         endpoint = f"http://127.0.0.1:{port}"
         try:
@@ -224,6 +396,15 @@ class LocalBackend:
             raise
         self.processes[entry.process] = port
         version = await self._healthy(entry.process, endpoint)
+        entry.sandbox = replace(
+            entry.sandbox, state=State.RUNNING, endpoint=endpoint, envd_version=version
+        )
+
+    async def _init(self, entry: _Entry) -> None:
+        """Give a started agent its caller's env vars, token and folder."""
+        endpoint = entry.sandbox.endpoint
+        if endpoint is None:
+            raise GatewayError(500, "the sandbox's agent is not running")
         init = {
             "envVars": entry.env_vars,
             "accessToken": entry.sandbox.access_token,
@@ -233,9 +414,6 @@ class LocalBackend:
         answer = await self.http.post(endpoint + "/init", json=init)
         if answer.status_code != 204:  # noqa: PLR2004  # HTTP No Content
             raise GatewayError(500, f"the sandbox's agent refused /init: {answer.text[:200]}")
-        entry.sandbox = replace(
-            entry.sandbox, state=State.RUNNING, endpoint=endpoint, envd_version=version
-        )
 
     async def _healthy(self, process: asyncio.subprocess.Process, endpoint: str) -> str:
         deadline = asyncio.get_running_loop().time() + START_SECONDS

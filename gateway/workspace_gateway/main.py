@@ -13,19 +13,21 @@ from pathlib import Path
 
 import uvicorn
 
-from workspace_gateway import __version__, proxy
+from workspace_gateway import __version__, exposition, proxy
 from workspace_gateway.app import build_app
-from workspace_gateway.backend import always, reap_forever
+from workspace_gateway.backend import always, reap_forever, refill_forever
 from workspace_gateway.keys import KEY, Keys, StaticKeys, new_key
 from workspace_gateway.kubernetes_backend import KubernetesBackend
 from workspace_gateway.lease import Elector
-from workspace_gateway.local_backend import LocalBackend
+from workspace_gateway.local_backend import LocalBackend, Pool, Temperature
+from workspace_gateway.metrics import Metrics
 
 AGENT = "workspace-sandbox-agent"
 LOCAL_NAMESPACE = "local"
 # Far above the SDK's 50 s keepalive pings and its 300 s idle connection pool.
 KEEP_ALIVE_SECONDS = 640
 SHUTDOWN_GRACE_SECONDS = 3
+MAX_LOCAL_POOL = 64  # each member is an agent process on this machine
 DOMAIN = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*")
 
 log = logging.getLogger("workspace_gateway")
@@ -46,6 +48,13 @@ def api_key(text: str) -> str:
         msg = "an API key is e2b_ followed by 40 lower-case hex digits"
         raise argparse.ArgumentTypeError(msg)
     return text
+
+
+def pool_size(text: str) -> int:
+    if not text.isdigit() or int(text) > MAX_LOCAL_POOL:
+        msg = f"{text!r} is not a pool size from 0 to {MAX_LOCAL_POOL}"
+        raise argparse.ArgumentTypeError(msg)
+    return int(text)
 
 
 def domain(text: str) -> str:
@@ -79,6 +88,28 @@ def parser() -> argparse.ArgumentParser:
         default="e2b.localhost",
         help="the sandboxes' domain, returned to the SDK; hosts <port>-<id>.DOMAIN reach a "
         "sandbox (default e2b.localhost)",
+    )
+    p.add_argument(
+        "--metrics-address",
+        type=address,
+        metavar="HOST:PORT",
+        help="serve Prometheus' /metrics on this second, plain-HTTP listener (default: none); "
+        "never on --address",
+    )
+    local = p.add_argument_group("--local")
+    local.add_argument(
+        "--pool-size",
+        type=pool_size,
+        default=0,
+        metavar="N",
+        help="keep N sandboxes of template base made ahead, so a create takes one (default 0)",
+    )
+    local.add_argument(
+        "--pool-temperature",
+        choices=[t.value for t in Temperature],
+        default=Temperature.RUNNING.value,
+        help="running: agents started, answer at once; suspended: started once, then stopped, "
+        "and started again at hand-out (default running)",
     )
     cluster = p.add_argument_group("--kubernetes")
     cluster.add_argument("--templates", type=Path, help="the template mapping file (YAML)")
@@ -184,6 +215,11 @@ def main(argv: list[str] | None = None) -> None:
         check_tls(args.tls_cert, args.tls_key)
     except TLSError as err:
         sys.exit(f"workspace-sandbox-gateway: {err}")
+    if args.kubernetes and (args.pool_size or args.pool_temperature != Temperature.RUNNING):
+        sys.exit(
+            "workspace-sandbox-gateway: --pool-size and --pool-temperature go with --local; "
+            "a cluster's pools are set per template"
+        )
     setup_logging(args.log_level)
     if args.kubernetes:
         from workspace_gateway import kubernetes_main  # noqa: PLC0415  # only the cluster mode needs it
@@ -203,7 +239,11 @@ def main(argv: list[str] | None = None) -> None:
         "local mode: sandboxes are processes of this user on this machine, with no isolation"
     )
     keys = StaticKeys({key: LOCAL_NAMESPACE})
-    asyncio.run(serve(LocalBackend(agent, getpass.getuser()), args, keys))
+    metrics = Metrics()
+    pool = Pool(args.pool_size, Temperature(args.pool_temperature))
+    pools = {(LOCAL_NAMESPACE, "base"): pool} if args.pool_size else {}
+    local = LocalBackend(agent, getpass.getuser(), metrics=metrics, pools=pools)
+    asyncio.run(serve(local, args, keys, metrics=metrics))
 
 
 def setup_logging(level: str) -> None:
@@ -222,9 +262,25 @@ Backend = LocalBackend | KubernetesBackend
 
 
 async def serve(
-    backend: Backend, args: argparse.Namespace, keys: Keys, elector: Elector | None = None
+    backend: Backend,
+    args: argparse.Namespace,
+    keys: Keys,
+    elector: Elector | None = None,
+    metrics: Metrics | None = None,
 ) -> None:
-    """Serve until stopped; with an elector (several replicas), only its leader reaps."""
+    """Serve until stopped, and `/metrics` on `--metrics-address` when given.
+
+    With an elector (several replicas), only its leader reaps and tops the pools up.
+    """
+    metrics = metrics or Metrics()
+    metrics_server = None
+    metrics_sockets = []
+    if args.metrics_address is not None:
+        try:
+            metrics_sockets.append(exposition.bind(*args.metrics_address))
+        except OSError as e:
+            sys.exit(f"workspace-sandbox-gateway: --metrics-address: {e.strerror}")
+        metrics_server = exposition.metrics_server(metrics, args.log_level)
     host, port = args.address
     http = proxy.client()
     config = uvicorn.Config(
@@ -245,12 +301,21 @@ async def serve(
         elector.start()
     leading = elector.leading if elector is not None else always
     reaper = asyncio.create_task(reap_forever(backend, leading))
+    refiller = asyncio.create_task(refill_forever(backend, leading))
+    metrics_task = None
+    if metrics_server is not None:
+        metrics_task = asyncio.create_task(metrics_server.serve(metrics_sockets))
+        log.info("serving /metrics on %s:%d", *args.metrics_address)
     scheme = "https" if args.tls_cert else "http"
     log.info("serving %s on %s:%d, domain %s", scheme, host, port, args.domain)
     try:
-        await Server(config, backend, elector).serve()
+        await Server(config, backend, elector, metrics_server).serve()
     finally:
         reaper.cancel()
+        refiller.cancel()
+        if metrics_server is not None and metrics_task is not None:
+            metrics_server.should_exit = True
+            await metrics_task
         if elector is not None:
             await elector.stop()
         await backend.close()
@@ -263,12 +328,21 @@ class Server(uvicorn.Server):
     After a signal uvicorn re-raises it once `serve` returns, so a `finally` there may not run.
     """
 
-    def __init__(self, config: uvicorn.Config, backend: Backend, elector: Elector | None) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        backend: Backend,
+        elector: Elector | None,
+        metrics_server: uvicorn.Server | None = None,
+    ) -> None:
         super().__init__(config)
         self.backend = backend
         self.elector = elector
+        self.metrics_server = metrics_server
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.metrics_server is not None:
+            self.metrics_server.should_exit = True
         if self.elector is not None:
             await self.elector.stop()
         await self.backend.close()

@@ -85,6 +85,13 @@ def test_without_a_key_one_is_made_printed_and_required() -> None:
         ),
         (["--local", "--address", "127.0.0.1:1", "--auth", "oidc"], "invalid choice: 'oidc'"),
         (
+            ["--kubernetes", "--address", "127.0.0.1:1", "--pool-size", "2"],
+            "--pool-size and --pool-temperature go with --local",
+        ),
+        (["--local", "--address", "127.0.0.1:1", "--pool-size", "-1"], "is not a pool size"),
+        (["--local", "--address", "127.0.0.1:1", "--pool-temperature", "hot"], "invalid choice"),
+        (["--local", "--address", "127.0.0.1:1", "--metrics-address", "x"], "is not HOST:PORT"),
+        (
             [
                 *("--kubernetes", "--address", "127.0.0.1:1", "--token-audience", "a"),
                 *("--templates", "/nonexistent", "--token-seed-file", "/nonexistent"),
