@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 import httpx
 from kubernetes.client.exceptions import ApiException
 
-from workspace_gateway import sealed
+from workspace_gateway import audit, sealed
 from workspace_gateway.backend import NewSandbox, Sandbox, State, always, choose
 from workspace_gateway.errors import GatewayError, not_found
 from workspace_gateway.kubernetes_pools import (
@@ -344,15 +344,6 @@ class KubernetesBackend:
     def templates(self) -> frozenset[str]:
         return frozenset(self.settings.templates)
 
-    REFILL_EVERY = 5.0
-
-    async def refill(self, leading: Callable[[], bool]) -> None:
-        """Nothing yet: the cluster's warm pools are not built on this branch.
-
-        A placeholder so that `main` runs one `refill_forever` for either backend; the
-        cluster's pools replace it with the top-up of each tenant's template pools.
-        """
-
     async def ready(self) -> bool:
         """Once the watch has listed: the first readiness probe starts it."""
         return await self._synced()
@@ -368,6 +359,7 @@ class KubernetesBackend:
         hit = sandbox is not None
         if sandbox is None:
             sandbox = await self._cold(namespace, request, template)
+        audit.note_pool(hit=hit)
         if pooled and self.metrics is not None:
             seconds = asyncio.get_running_loop().time() - began
             self.metrics.served(namespace, request.template, hit=hit, seconds=seconds)

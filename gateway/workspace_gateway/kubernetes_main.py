@@ -11,10 +11,13 @@ from workspace_gateway import cluster, templates
 from workspace_gateway.keys import Keys, SecretKeys
 from workspace_gateway.kubernetes_backend import KubernetesBackend, Settings
 from workspace_gateway.lease import Elector
+from workspace_gateway.metrics import Metrics
 from workspace_gateway.tokens import TokenReviews
 
 
-def open_cluster(args: argparse.Namespace) -> tuple[KubernetesBackend, Keys, Elector]:
+def open_cluster(
+    args: argparse.Namespace, metrics: Metrics | None = None
+) -> tuple[KubernetesBackend, Keys, Elector]:
     """Everything `--kubernetes` needs, or one line saying what is missing."""
     if args.templates is None or args.token_seed_file is None:
         sys.exit("workspace-sandbox-gateway: --kubernetes needs --templates and --token-seed-file")
@@ -34,6 +37,7 @@ def open_cluster(args: argparse.Namespace) -> tuple[KubernetesBackend, Keys, Ele
         settings,
         httpx.AsyncClient(trust_env=False),
         core=client.CoreV1Api(api),  # tenants' pool limits
+        metrics=metrics,
     )
     namespace = cluster.gateway_namespace(args.gateway_namespace)
     elector = Elector(client.CoordinationV1Api(api), namespace)

@@ -224,8 +224,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.kubernetes:
         from workspace_gateway import kubernetes_main  # noqa: PLC0415  # only the cluster mode needs it
 
-        backend, cluster_keys, elector = kubernetes_main.open_cluster(args)
-        asyncio.run(serve(backend, args, cluster_keys, elector))
+        metrics = Metrics()
+        backend, cluster_keys, elector = kubernetes_main.open_cluster(args, metrics)
+        asyncio.run(serve(backend, args, cluster_keys, elector, metrics=metrics))
         return
     if args.auth != "api-keys" or args.token_audience:
         sys.exit("workspace-sandbox-gateway: --local takes API keys only (--api-key)")

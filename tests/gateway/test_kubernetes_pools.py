@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import gc
 import json
+import logging
 import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -317,6 +318,26 @@ async def test_members_are_invisible_until_handed_out_then_only_their_callers(
             "workspace_gateway_pool_members", namespace=NS, template="base", temperature="running"
         )
         assert members_now == 2
+
+
+async def test_the_audit_line_says_whether_a_create_came_from_the_pool(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with two_replicas(tmp_path, {"base": pooled(1)}) as world:
+        a = world.replicas[0]
+        await open_namespace(world)
+        await world.refill()
+        caplog.set_level(logging.INFO, logger="workspace_gateway.audit")
+        caplog.clear()
+        for _ in range(2):
+            assert (await a.call("POST", "/sandboxes", json={})).status_code == 201
+    lines = [
+        json.loads(r.getMessage()) for r in caplog.records if r.name == "workspace_gateway.audit"
+    ]
+    assert [(line["route"], line["pool"]) for line in lines] == [
+        ("POST /sandboxes", "hit"),
+        ("POST /sandboxes", "miss"),
+    ]
 
 
 async def test_a_suspended_member_resumes_on_hand_out(tmp_path: Path) -> None:
