@@ -268,12 +268,19 @@ def test_the_shipped_templates_load(tmp_path: Path) -> None:
 
 def test_ports_agree() -> None:
     """Service targetPort = container port = --address port = the policy's ingress port."""
-    (port,) = container()["ports"]
-    (service_port,) = find("Service")["spec"]["ports"]
+    port, metrics = container()["ports"]
+    assert (port["name"], metrics["name"]) == ("http", "metrics")
+    (service_port,) = find("Service")["spec"]["ports"]  # the metrics port is not a Service's
     assert service_port["targetPort"] == port["containerPort"]
     assert flag("--address").rpartition(":")[2] == str(port["containerPort"])
-    (rule,) = find("CiliumNetworkPolicy")["spec"]["ingress"]
-    assert rule["toPorts"] == [{"ports": [{"port": str(port["containerPort"]), "protocol": "TCP"}]}]
+    assert flag("--metrics-address").rpartition(":")[2] == str(metrics["containerPort"])
+    public, scraping = find("CiliumNetworkPolicy")["spec"]["ingress"]
+    assert public["toPorts"] == [
+        {"ports": [{"port": str(port["containerPort"]), "protocol": "TCP"}]}
+    ]
+    assert scraping["toPorts"] == [
+        {"ports": [{"port": str(metrics["containerPort"]), "protocol": "TCP"}]}
+    ]
     assert (
         find("Service")["spec"]["selector"] == find("Deployment")["spec"]["selector"]["matchLabels"]
     )
@@ -293,9 +300,13 @@ def test_the_policy_selects_the_gateway_pods() -> None:
     assert policy["spec"]["endpointSelector"] == {"matchLabels": PLATFORM.gateway.pod_labels}
 
 
-def test_only_the_ingress_controller_comes_in() -> None:
-    (rule,) = find("CiliumNetworkPolicy")["spec"]["ingress"]
-    assert rule.keys() == {"fromEndpoints", "toPorts"}
+def test_only_the_ingress_controller_comes_in_and_monitoring_only_for_metrics() -> None:
+    rule, scraping = find("CiliumNetworkPolicy")["spec"]["ingress"]
+    assert rule.keys() == scraping.keys() == {"fromEndpoints", "toPorts"}
+    assert scraping["fromEndpoints"] == [
+        {"matchLabels": {"io.kubernetes.pod.namespace": "cozy-monitoring"}}
+    ]
+    assert scraping["toPorts"][0]["ports"] == [{"port": "9090", "protocol": "TCP"}]
     (peer,) = rule["fromEndpoints"]
     assert peer == {
         "matchLabels": {
