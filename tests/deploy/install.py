@@ -1,8 +1,14 @@
 """The platform install in deploy/ as documents, and the accounts that act on it."""
 
+import shutil
+import subprocess
 from collections.abc import Mapping
 from functools import cache
+from pathlib import Path
 from typing import Any
+
+import pytest
+import yaml
 
 from function.model import Manifest
 from function.render import render
@@ -149,3 +155,16 @@ COLLECTOR = "system:serviceaccount:kube-system:generic-garbage-collector"
 NAMESPACE_CONTROLLER = "system:serviceaccount:kube-system:namespace-controller"
 CONTROLLER_MANAGER = "system:kube-controller-manager"
 TENANT_NAMESPACE = {"kubernetes.io/metadata.name": NAMESPACE}
+
+
+KUBECTL = shutil.which("kubectl")
+needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="needs kubectl for kustomize")
+
+
+def kustomize(folder: Path) -> tuple[str, list[dict[str, Any]]]:
+    """`kubectl kustomize` of a folder: its output, and the documents in it."""
+    run = subprocess.run(
+        [str(KUBECTL), "kustomize", str(folder)], check=False, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    return run.stdout, [d for d in yaml.safe_load_all(run.stdout) if d]

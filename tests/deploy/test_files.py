@@ -1,14 +1,21 @@
 """deploy/: every manifest validates, the kustomization lists and builds them."""
 
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.deploy.install import DEPLOY, KUSTOMIZATION, MANIFESTS, documents, find, identity
+from tests.deploy.install import (
+    DEPLOY,
+    KUSTOMIZATION,
+    MANIFESTS,
+    documents,
+    find,
+    identity,
+    kustomize,
+    needs_kubectl,
+)
 from tests.schemas import validate
 from tests.support import (
     ROOT,
@@ -64,16 +71,10 @@ def test_kustomization_lists_every_manifest() -> None:
     assert all((DEPLOY / name).is_file() for name in listed)
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl for kustomize")
+@needs_kubectl
 def test_kustomization_builds_to_the_manifests() -> None:
-    out = subprocess.run(
-        [str(shutil.which("kubectl")), "kustomize", str(DEPLOY)],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    built = sorted((d for d in yaml.safe_load_all(out) if d), key=identity)
-    assert built == sorted(documents(), key=identity)
+    _, built = kustomize(DEPLOY)
+    assert sorted(built, key=identity) == sorted(documents(), key=identity)
 
 
 # The Composition's source is package data, so that the CLI finds its default when installed;

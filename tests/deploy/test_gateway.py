@@ -8,8 +8,7 @@ import os
 import pkgutil
 import re
 import shutil
-import subprocess
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -19,6 +18,7 @@ import kubernetes.client.api
 import pytest
 import yaml
 
+from tests.deploy.install import identity, kustomize, needs_kubectl
 from tests.pod_security import restricted_violations
 from tests.schemas import validate
 from tests.support import PLATFORM, ROOT, load_stream
@@ -42,11 +42,6 @@ def documents() -> tuple[dict[str, Any], ...]:
 def find(kind: str, name: str | None = None) -> dict[str, Any]:
     (doc,) = (d for d in documents() if d["kind"] == kind and name in (None, d["metadata"]["name"]))
     return doc
-
-
-def identity(doc: Mapping[str, Any]) -> tuple[str, str, str, str]:
-    meta = doc["metadata"]
-    return doc["apiVersion"], doc["kind"], meta.get("namespace", ""), meta["name"]
 
 
 def pod_spec() -> dict[str, Any]:
@@ -138,16 +133,10 @@ def test_kustomization_lists_every_manifest() -> None:
     assert sorted(listed) == [p.name for p in MANIFESTS]
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl for kustomize")
+@needs_kubectl
 def test_kustomization_builds_to_the_manifests() -> None:
-    out = subprocess.run(
-        [str(shutil.which("kubectl")), "kustomize", str(DEPLOY)],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    built = sorted((d for d in yaml.safe_load_all(out) if d), key=identity)
-    assert built == sorted(documents(), key=identity)
+    _, built = kustomize(DEPLOY)
+    assert sorted(built, key=identity) == sorted(documents(), key=identity)
 
 
 def test_every_namespaced_object_is_in_the_gateway_namespace() -> None:
@@ -669,7 +658,7 @@ def test_argo_cd_installs_the_gateway_folder_like_the_platform() -> None:
     assert re.search(r"\(deploy/gateway/README\.md\)", (ROOT / "README.md").read_text())
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="needs kubectl for kustomize")
+@needs_kubectl
 def test_the_readmes_overlay_moves_every_name_to_the_new_domain(tmp_path: Path) -> None:
     """The overlay README.md shows builds, and leaves no trace of the example domain."""
     readme = (DEPLOY / "README.md").read_text()
@@ -678,15 +667,7 @@ def test_the_readmes_overlay_moves_every_name_to_the_new_domain(tmp_path: Path) 
     # kustomize takes a base outside the overlay only as a relative path.
     overlay["resources"] = [os.path.relpath(DEPLOY, tmp_path)]
     (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
-    run = subprocess.run(
-        [str(shutil.which("kubectl")), "kustomize", str(tmp_path)],
-        check=False,
-        capture_output=True,
-        text=True,
-    )
-    assert run.returncode == 0, run.stderr
-    out = run.stdout
-    built = [d for d in yaml.safe_load_all(out) if d]
+    out, built = kustomize(tmp_path)
     assert "sandbox.example.com" not in out
     assert "platform@example.com" not in out
     (deployment,) = (d for d in built if d["kind"] == "Deployment")
