@@ -558,17 +558,7 @@ class KubernetesBackend:
                 return None
             patch = handout_patch(obj, request, datetime.now(UTC), self.settings.seed)
             try:
-                claimed: dict[str, Any] = await self._call(
-                    self.custom.patch_namespaced_custom_object,
-                    GROUP,
-                    VERSION,
-                    namespace,
-                    PLURAL,
-                    sandbox_id,
-                    patch,
-                    missing=sandbox_id,
-                    _content_type=MERGE_PATCH,
-                )
+                claimed = await self._patch(namespace, sandbox_id, patch)
             except GatewayError as e:
                 if e.status == NOT_FOUND:
                     return None
@@ -837,17 +827,7 @@ class KubernetesBackend:
             version = {"resourceVersion": obj["metadata"]["resourceVersion"]}
             patch = {**patch, "metadata": {**patch.get("metadata", {}), **version}}
             try:
-                await self._call(
-                    self.custom.patch_namespaced_custom_object,
-                    GROUP,
-                    VERSION,
-                    namespace,
-                    PLURAL,
-                    sandbox_id,
-                    patch,
-                    missing=sandbox_id,
-                    _content_type=MERGE_PATCH,
-                )
+                await self._patch(namespace, sandbox_id, patch)
             except GatewayError as e:
                 if e.status != 409:  # noqa: PLR2004  # HTTP Conflict
                     raise
@@ -868,6 +848,23 @@ class KubernetesBackend:
             body=preconditions,
             missing=sandbox_id,
         )
+
+    async def _patch(
+        self, namespace: str, sandbox_id: str, patch: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """A merge patch; one at a `resourceVersion` is refused 409 if the object has moved on."""
+        patched: dict[str, Any] = await self._call(
+            self.custom.patch_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            sandbox_id,
+            patch,
+            missing=sandbox_id,
+            _content_type=MERGE_PATCH,
+        )
+        return patched
 
     async def _call(
         self, method: Callable[..., T], *args: Any, missing: str | None = None, **kwargs: Any
