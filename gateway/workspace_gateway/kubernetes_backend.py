@@ -359,10 +359,11 @@ class KubernetesBackend:
         hit = sandbox is not None
         if sandbox is None:
             sandbox = await self._cold(namespace, request, template)
-        audit.note_pool(hit=hit)
-        if pooled and self.metrics is not None:
-            seconds = asyncio.get_running_loop().time() - began
-            self.metrics.served(namespace, request.template, hit=hit, seconds=seconds)
+        if pooled:  # hit or miss means something only where a pool is kept
+            audit.note_pool(hit=hit)
+            if self.metrics is not None:
+                seconds = asyncio.get_running_loop().time() - began
+                self.metrics.served(namespace, request.template, hit=hit, seconds=seconds)
         return sandbox
 
     async def _cold(self, namespace: str, request: NewSandbox, template: Template) -> Sandbox:

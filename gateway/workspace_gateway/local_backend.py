@@ -126,7 +126,10 @@ class LocalBackend:
         return True
 
     async def create(self, namespace: str, request: NewSandbox) -> Sandbox:
-        """From the pool when it has a healthy member, else cold; hit or miss is reported."""
+        """From the pool when it has a healthy member, else cold.
+
+        Where a pool is kept, hit or miss goes to the audit line and the metrics.
+        """
         arrived = time.monotonic()
         key = (namespace, request.template)
         sandbox = None
@@ -140,10 +143,11 @@ class LocalBackend:
         hit = sandbox is not None
         if sandbox is None:
             sandbox = await self._cold(namespace, request)
-        audit.note_pool(hit=hit)
-        if self.metrics is not None:
-            seconds = time.monotonic() - arrived
-            self.metrics.served(namespace, request.template, hit=hit, seconds=seconds)
+        if key in self.pools:  # hit or miss means something only where a pool is kept
+            audit.note_pool(hit=hit)
+            if self.metrics is not None:
+                seconds = time.monotonic() - arrived
+                self.metrics.served(namespace, request.template, hit=hit, seconds=seconds)
         return sandbox
 
     async def _cold(self, namespace: str, request: NewSandbox) -> Sandbox:

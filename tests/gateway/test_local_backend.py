@@ -181,11 +181,16 @@ async def test_an_unhealthy_member_is_dropped_not_handed_out() -> None:
         await backend.close()
 
 
-async def test_the_audit_line_of_a_create_says_hit_or_miss(
-    caplog: pytest.LogCaptureFixture,
+@pytest.mark.parametrize(
+    ("pool", "said"), [(True, ["hit", "miss", None]), (False, [None, None, None])]
+)
+async def test_the_audit_line_of_a_create_says_hit_or_miss_where_a_pool_is_kept(
+    caplog: pytest.LogCaptureFixture, pool: bool, said: list[str | None]
 ) -> None:
     caplog.set_level(logging.INFO, logger="workspace_gateway.audit")
-    backend = pooled(1)
+    agent = find_agent()
+    assert agent is not None
+    backend = pooled(1) if pool else LocalBackend(agent, USER, metrics=Metrics())
     key = "e2b_" + "ab" * 20
     try:
         await backend.refill()
@@ -203,7 +208,7 @@ async def test_the_audit_line_of_a_create_says_hit_or_miss(
     lines = [
         json.loads(r.getMessage()) for r in caplog.records if r.name == "workspace_gateway.audit"
     ]
-    assert [line.get("pool") for line in lines] == ["hit", "miss", None]
+    assert [line.get("pool") for line in lines] == said
     assert all(line["durationMs"] > 0 for line in lines[:2])
 
 
