@@ -9,7 +9,7 @@ from workspace_gateway.app import build_app
 from workspace_gateway.audit import Entry
 from workspace_gateway.keys import StaticKeys, digest
 
-from tests.gateway.test_control import KEY, ONE, OTHER_KEY, TOKEN, Sandboxes
+from tests.gateway.fakes import KEY, ONE, OTHER_KEY, TOKEN, Sandboxes
 
 FIELDS = {
     "time",

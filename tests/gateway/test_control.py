@@ -1,14 +1,13 @@
 """The control API's pieces: the metadata filter, pages, create requests and error shapes."""
 
 import json
-from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from urllib.parse import parse_qs, quote, urlencode
 
 import httpx
 import pytest
 from workspace_gateway.app import build_app
-from workspace_gateway.backend import NewSandbox, Sandbox, State, choose
+from workspace_gateway.backend import NewSandbox, State, choose
 from workspace_gateway.control import (
     MAX_TIMEOUT,
     metadata_filter,
@@ -17,32 +16,10 @@ from workspace_gateway.control import (
     page_token,
     token_key,
 )
-from workspace_gateway.errors import GatewayError, not_found
+from workspace_gateway.errors import GatewayError
 from workspace_gateway.keys import StaticKeys
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-KEY = "e2b_" + "0123abcd" * 5
-OTHER_KEY = "e2b_" + "4567cdef" * 5
-TOKEN = "a-sandbox-token"  # noqa: S105  # a test value
-
-
-def sandbox(n: int, **changes: object) -> Sandbox:
-    record = Sandbox(
-        sandbox_id=f"sbx{n:017d}",
-        template="base",
-        metadata={"n": str(n)},
-        state=State.RUNNING,
-        started_at=T0 + timedelta(seconds=n),
-        end_at=T0 + timedelta(seconds=n + 300),
-        cpu_count=2,
-        memory_mb=1024,
-        disk_size_mb=2048,
-        envd_version="0.5.7",
-        access_token=TOKEN,
-        auto_pause=False,
-        endpoint="http://127.0.0.1:1",
-    )
-    return replace(record, **changes)  # type: ignore[arg-type]
+from tests.gateway.fakes import KEY, ONE, OTHER_KEY, T0, TOKEN, Sandboxes, sandbox
 
 
 def sdk_query(metadata: dict[str, str]) -> dict[str, list[str]]:
@@ -148,51 +125,6 @@ def test_create_requests_are_checked() -> None:
         assert (e.value.status, e.value.message) == (400, message), body
 
 
-class Sandboxes:
-    """An in-memory Backend: one sandbox in namespace `a`, for the edge's error shapes."""
-
-    def __init__(self) -> None:
-        self.all = [sandbox(1, namespace="a")]
-        self.is_ready = True
-
-    def templates(self) -> frozenset[str]:
-        return frozenset({"base"})
-
-    async def ready(self) -> bool:
-        return self.is_ready
-
-    async def create(self, namespace: str, request: NewSandbox) -> Sandbox:
-        return replace(self.all[0], template=request.template, namespace=namespace)
-
-    async def get(self, namespace: str, sandbox_id: str) -> Sandbox:
-        for one in self.all:
-            if (one.namespace, one.sandbox_id) == (namespace, sandbox_id):
-                return one
-        raise not_found(sandbox_id)
-
-    async def list(self, namespace: str) -> list[Sandbox]:
-        return [s for s in self.all if s.namespace == namespace]
-
-    async def suspend(self, namespace: str, sandbox_id: str) -> None:
-        await self.get(namespace, sandbox_id)
-        raise GatewayError(409, "already paused")
-
-    async def resume(
-        self, namespace: str, sandbox_id: str, end_at: datetime
-    ) -> tuple[Sandbox, bool]:
-        return replace(await self.get(namespace, sandbox_id), end_at=end_at), False
-
-    async def delete(self, namespace: str, sandbox_id: str) -> None:
-        await self.get(namespace, sandbox_id)
-
-    async def set_end(self, namespace: str, sandbox_id: str, end_at: datetime) -> None:
-        one = await self.get(namespace, sandbox_id)
-        self.all[self.all.index(one)] = replace(one, end_at=end_at)
-
-    async def locate(self, sandbox_id: str, access_token: str | None) -> Sandbox | None:
-        return choose([s for s in self.all if s.sandbox_id == sandbox_id], access_token)
-
-
 @pytest.fixture
 def backend() -> Sandboxes:
     return Sandboxes()
@@ -286,9 +218,6 @@ async def test_another_port_is_not_open(client: httpx.AsyncClient) -> None:
     answer = await client.get("/", headers={"Host": "3000-sbx00000000000000001.sbx.example.com"})
     assert answer.status_code == 502
     assert "port is not open" in answer.json()["message"]
-
-
-ONE = "sbx00000000000000001"
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ from workspace_gateway.keys import (
 )
 
 from tests.gateway import kube_fake
-from tests.gateway.test_control import Sandboxes
+from tests.gateway.fakes import Sandboxes
 
 GATEWAY = Path(sys.executable).with_name("workspace-sandbox-gateway")
 GATEWAY_NS = "sandbox-gateway"

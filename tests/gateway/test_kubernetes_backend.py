@@ -8,200 +8,21 @@ wait, `/health` and `/init` happen for real, and the SDK's token then opens the 
 import asyncio
 import contextlib
 import copy
-import gc
-import getpass
-import os
-import pwd
-import shutil
-import socket
-import sys
-import tempfile
-import threading
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from functools import cache
-from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-import yaml
-from kubernetes import client, config
-from workspace_gateway.app import build_app
-from workspace_gateway.keys import StaticKeys, new_key
 from workspace_gateway.kubernetes_backend import (
     ID_LABEL,
     PLURAL,
-    KubernetesBackend,
-    Settings,
     access_token,
 )
 from workspace_gateway.templates import Template, TemplateError, parse, quantity
 
-from tests.gateway import kube_fake
-from tests.schemas import validate_xrd_object
+from tests.gateway import stand_in
+from tests.gateway.stand_in import KEY_A, KEY_B, SEED, World
 
-ROOT = Path(__file__).resolve().parents[2]
-AGENT = Path(sys.executable).with_name("workspace-sandbox-agent")
-KEY_A, KEY_B = new_key(), new_key()
-SEED = b"a test seed"
-BASE = Template(
-    image="ubuntu-24.04",
-    preset="standard",
-    resources={"cpu": "1500m", "memory": "4Gi", "disk": "20Gi"},
-)
-
-
-@cache
-def xrd() -> dict[str, Any]:
-    return yaml.safe_load((ROOT / "deploy/xrd.yaml").read_text())  # type: ignore[no-any-return]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-USER = "nobody" if os.geteuid() == 0 else getpass.getuser()
-
-
-class Platform:
-    """The platform's part: an agent of its own for each Running sandbox.
-
-    Each agent listens on its own loopback address at `port`, and the sandbox is marked Ready
-    with that address as `status.endpoint`; a Suspended one loses its agent, so a resume boots
-    a fresh one, as a VM's cold boot does. As root, each agent acts as `nobody` by default, as a
-    VM's agent acts as its unprivileged user: commands then never run root's login profile,
-    which on this project's CI machines runs `pyenv rehash` and can wait on its lock.
-    """
-
-    def __init__(self, cluster: kube_fake.Cluster, folder: Path) -> None:
-        self.cluster = cluster
-        self.folder = folder
-        self.port = free_port()
-        self.agents: dict[tuple[str, str], asyncio.subprocess.Process] = {}
-        self.roots: dict[tuple[str, str], Path] = {}
-        self.hosts = iter(range(2, 250))
-        self.delay = 0.0
-        """Seconds a sandbox waits, from when it is first seen, before it is marked Ready."""
-        self.seen: dict[tuple[str, str], float] = {}
-
-    async def run(self) -> None:
-        while True:
-            for key, obj in list(self.cluster.objects.items()):
-                if key[0] == PLURAL:
-                    await self.observe(key, obj)
-            await asyncio.sleep(0.05)
-
-    async def observe(self, key: kube_fake.Key, obj: dict[str, Any]) -> None:
-        running = obj["spec"].get("power", "Running") == "Running"
-        phase = (obj.get("status") or {}).get("phase")
-        where = (key[1], key[2])
-        first = self.seen.setdefault(where, asyncio.get_running_loop().time())
-        if asyncio.get_running_loop().time() - first < self.delay:
-            return
-        if running and phase != "Running":
-            # A status lost to a whole-object write must not leave the old agent running.
-            await self.stop(where)
-            host = f"127.0.0.{next(self.hosts)}"
-            root = self.roots.get(where) or self._workspace(where)
-            self.agents[where] = await asyncio.create_subprocess_exec(
-                AGENT,
-                *("--address", f"{host}:{self.port}", "--root", str(root)),
-                *("--user", USER, "--log-level", "warning"),
-            )
-            ready = {
-                "type": "Ready",
-                "status": "True",
-                "reason": "Available",
-                "lastTransitionTime": "2026-01-01T00:00:00Z",
-            }
-            status = {"phase": "Running", "endpoint": host, "conditions": [ready]}
-            self._status(key, status)
-        elif not running and phase != "Suspended":
-            await self.stop(where)
-            self._status(key, {"phase": "Suspended"})
-
-    def _status(self, key: kube_fake.Key, status: dict[str, Any]) -> None:
-        # Deleted while its agent started or stopped (a kill, a pool member removed): the
-        # platform has nothing left to report on; its agent stops with the others in `close`.
-        with contextlib.suppress(KeyError):
-            self.cluster.update(key, lambda o: o.update(status=status))
-
-    def _workspace(self, where: tuple[str, str]) -> Path:
-        # Outside pytest's root-only temporary folders, so that `nobody` can reach it.
-        root = Path(tempfile.mkdtemp(prefix=f"{where[0]}-{where[1]}-"))
-        if os.geteuid() == 0:
-            os.chown(root, pwd.getpwnam(USER).pw_uid, pwd.getpwnam(USER).pw_gid)
-        self.roots[where] = root
-        return root
-
-    async def stop(self, where: tuple[str, str]) -> None:
-        # Forgotten only once it has exited: a stop cancelled half-way is finished by `close`.
-        process = self.agents.get(where)
-        if process is not None:
-            if process.returncode is None:
-                process.terminate()
-            await process.wait()
-            del self.agents[where]
-
-    async def close(self) -> None:
-        for where in list(self.agents):
-            await self.stop(where)
-        for root in self.roots.values():
-            shutil.rmtree(root, ignore_errors=True)
-
-
-@dataclass
-class World:
-    cluster: kube_fake.Cluster
-    backend: KubernetesBackend
-    http: httpx.AsyncClient
-    platform: Platform
-
-    async def call(self, method: str, path: str, key: str, **kwargs: Any) -> httpx.Response:
-        return await self.http.request(method, path, headers={"X-API-Key": key}, **kwargs)
-
-    def xr(self, namespace: str, sandbox_id: str) -> dict[str, Any]:
-        return self.cluster.objects[(PLURAL, namespace, sandbox_id)]
-
-
-@pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[World]:
-    with kube_fake.serve() as (cluster, url):
-        api = config.new_client_from_config(config_file=str(kube_fake.kubeconfig(url, tmp_path)))
-        platform = Platform(cluster, tmp_path)
-        settings = Settings(
-            templates={"base": BASE},
-            seed=SEED,
-            agent_port=platform.port,
-            workdir=".",  # each agent's own root
-            ready_seconds=15,
-        )
-        backend = KubernetesBackend(client.CustomObjectsApi(api), settings, httpx.AsyncClient())
-        controller = asyncio.create_task(platform.run())
-        async with httpx.AsyncClient(timeout=30) as upstream:
-            keys = StaticKeys({KEY_A: "team-a", KEY_B: "team-b"})
-            app = build_app(backend, upstream, keys=keys, domain="sbx.example.com")
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(
-                transport=transport, base_url="http://api.sbx.example.com", timeout=30
-            ) as http:
-                yield World(cluster, backend, http, platform)
-        controller.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await controller
-        await platform.close()
-        # Every agent is gone now: a leaked one would warn here, in this test, not later.
-        gc.collect()
-        await backend.close()
-        api.close()
-        assert not [t for t in threading.enumerate() if t.name == "sandbox-watch"]
-        for obj in cluster.written:
-            if obj["kind"] == "WorkspaceSandbox":
-                assert validate_xrd_object(xrd(), obj) == [], obj
+world = stand_in.world  # the fake cluster, the stand-in platform and a gateway with API keys
 
 
 async def test_create_writes_a_valid_xr_waits_for_the_agent_and_initialises_it(

@@ -47,7 +47,7 @@ from workspace_gateway.metrics import Metrics
 from workspace_gateway.templates import Pool, Template, TemplateError, parse
 
 from tests.gateway import kube_fake
-from tests.gateway.test_kubernetes_backend import BASE, KEY_A, KEY_B, SEED, Platform, xrd
+from tests.gateway.stand_in import BASE, KEY_A, KEY_B, SEED, Platform, xrd
 from tests.schemas import validate_xrd_object
 
 NS = "team-a"

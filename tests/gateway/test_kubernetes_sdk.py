@@ -22,7 +22,7 @@ from workspace_gateway.keys import StaticKeys
 from workspace_gateway.kubernetes_backend import PLURAL, KubernetesBackend, Settings
 
 from tests.gateway import kube_fake
-from tests.gateway.test_kubernetes_backend import BASE, KEY_A, KEY_B, SEED, Platform, free_port
+from tests.gateway.stand_in import BASE, KEY_A, KEY_B, SEED, Platform, free_port
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import logging
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -41,6 +40,7 @@ from workspace_gateway.kubernetes_backend import (
 from workspace_gateway.lease import Elector
 
 from tests.gateway import kube_fake
+from tests.gateway.stand_in import eventually, free_port
 
 NAMESPACE = "sandbox-gateway"
 KEY = ("leases", NAMESPACE, lease.NAME)
@@ -308,7 +308,7 @@ async def test_a_leader_that_cannot_reach_the_api_stops_leading_by_its_deadline(
     cut = client.ApiClient(client.Configuration(host=nowhere))
     fake.clients.append(cut)
     one.start()
-    await until(one.leading)
+    await eventually(one.leading)
     one.api = client.CoordinationV1Api(cut)  # the API server is gone
     clock.advance(lease.RENEW_DEADLINE - 1)
     await asyncio.sleep(0.2)  # renewals fail, but the deadline has not come
@@ -316,7 +316,7 @@ async def test_a_leader_that_cannot_reach_the_api_stops_leading_by_its_deadline(
     assert "could not be read or written" in caplog.text
     clock.advance(1)
     assert not one.leading()  # at once, whatever the renewal loop is doing
-    await until(lambda: "no longer" in caplog.text)
+    await eventually(lambda: "no longer" in caplog.text)
     await one.stop()
     changes = [r.getMessage() for r in caplog.records if "reaps expired" in r.getMessage()]
     assert changes == [
@@ -340,7 +340,7 @@ async def test_two_gateways_on_one_cluster_delete_an_expired_sandbox_once(fake: 
         gateways.append(
             (backend, elector, asyncio.create_task(reap_forever(backend, elector.leading)))
         )
-    await until(lambda: (PLURAL, "team-a", sandbox_id) not in fake.cluster.objects)
+    await eventually(lambda: (PLURAL, "team-a", sandbox_id) not in fake.cluster.objects)
     await asyncio.sleep(0.3)  # time for a second DELETE, were there a second reaper
     for backend, elector, reaper in gateways:
         reaper.cancel()
@@ -384,20 +384,6 @@ def test_each_replica_names_itself_uniquely(monkeypatch: pytest.MonkeyPatch) -> 
     assert first.startswith("gateway-7d9f-abcde_")
     assert second.startswith("gateway-7d9f-abcde_")
     assert first != second
-
-
-async def until(condition: Any, seconds: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    while not condition():
-        assert loop.time() < deadline, "timed out"
-        await asyncio.sleep(0.01)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def expired_sandbox(cluster: kube_fake.Cluster, sandbox_id: str) -> None:

@@ -1,7 +1,6 @@
 """The command line: a key made and printed, bad arguments refused in one line."""
 
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -15,14 +14,9 @@ from workspace_gateway.main import parser
 from workspace_gateway.tokens import TokenReviews
 
 from tests.gateway import kube_fake
+from tests.gateway.stand_in import free_port
 
 GATEWAY = Path(sys.executable).with_name("workspace-sandbox-gateway")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_without_a_key_one_is_made_printed_and_required() -> None:

@@ -1,6 +1,5 @@
 """`--tls-cert` and `--tls-key`: HTTPS when both are given, one clear line when they can't be used."""
 
-import socket
 import ssl
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import httpx
 import pytest
 
 from tests.gateway.sdk import certs
+from tests.gateway.stand_in import free_port
 
 GATEWAY = Path(sys.executable).with_name("workspace-sandbox-gateway")
 KEY = "e2b_" + "ab" * 20
@@ -19,12 +19,6 @@ KEY = "e2b_" + "ab" * 20
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> certs.Files:
     return certs.make(tmp_path_factory.mktemp("tls"), ["*.example.test", "example.test"])
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def refusal(*args: str) -> str:

@@ -7,10 +7,10 @@ quota, an admission webhook or RBAC would.
 import pytest
 from workspace_gateway.kubernetes_backend import PLURAL
 
-from tests.gateway import kube_fake, test_kubernetes_backend
-from tests.gateway.test_kubernetes_backend import KEY_A, World
+from tests.gateway import kube_fake, stand_in
+from tests.gateway.stand_in import KEY_A, World
 
-world = test_kubernetes_backend.world  # the fake cluster and a gateway with API keys
+world = stand_in.world  # the fake cluster and a gateway with API keys
 
 WEBHOOK = 'admission webhook "sizes.sandbox.cozystack.io" denied the request: no GPUs in team-a'
 POLICY = (

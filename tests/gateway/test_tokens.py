@@ -27,7 +27,7 @@ from workspace_gateway.kubernetes_backend import PLURAL, KubernetesBackend, Sett
 from workspace_gateway.tokens import Cache, TokenReviews, User, namespace_for
 
 from tests.gateway import kube_fake
-from tests.gateway.test_kubernetes_backend import BASE, SEED, Platform, free_port
+from tests.gateway.stand_in import BASE, SEED, Platform, free_port
 
 # ruff: noqa: S105  # made-up tokens the fake cluster knows
 TOKEN_A = "eyJhbGciOiJSUzI1NiJ9.team-a-token.signature"

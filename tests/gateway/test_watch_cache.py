@@ -4,11 +4,10 @@ No platform runs here: objects are written straight into the fake, as another re
 platform would, and the backend must see them through its one watch.
 """
 
-import asyncio
 import copy
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,7 +31,7 @@ from workspace_gateway.kubernetes_backend import (
 from workspace_gateway.sandbox_cache import Allowance
 
 from tests.gateway import kube_fake
-from tests.gateway.test_kubernetes_backend import BASE, SEED
+from tests.gateway.stand_in import BASE, SEED, eventually
 
 EVERYWHERE = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
 
@@ -57,13 +56,6 @@ class Fixture:
         """Lists across all namespaces, watches aside."""
         every = sum(1 for m, p, _ in self.cluster.requests if (m, p) == ("GET", EVERYWHERE))
         return every - len(self.cluster.history.watches)
-
-
-async def eventually(check: Callable[[], bool], seconds: float = 10) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "not within the time"
-        await asyncio.sleep(0.02)
 
 
 def watch_threads() -> list[threading.Thread]:
