@@ -658,7 +658,7 @@ _RESTORE_ONCE = (
     " or removed afterwards"
 )
 _ALLOWLIST_ONLY = "spec.network: allow entries are only used with egress: Allowlist"
-_ONE_DESTINATION = "spec.network.allow[0]: set exactly one of fqdn and cidr"
+_ONE_DESTINATION = "spec.network.allow[0]: set exactly one of fqdn, cidr and bundle"
 
 
 @pytest.mark.parametrize(

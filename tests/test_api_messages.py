@@ -103,6 +103,8 @@ CASES = [
     *refused("resources.disk", DISK, "0Gi", "-20Gi", "20 GiB", "1e11", "1n"),
     *accepted("network.allow[0].fqdn", "pypi.org", "*.pypi.org", "files.pythonhosted.org"),
     *refused("network.allow[0].fqdn", FQDN, "https://pypi.org", "PyPI.org", "pypi.*", "a..b"),
+    *accepted("network.allow[0].bundle", "package-registries", "a", "npm2"),
+    *refused("network.allow[0].bundle", DNS_LABEL, "Package-Registries", "a.b", "-a", "a_b"),
     *accepted("ports[0].name", "preview", "1-a", "web2"),
     *refused("ports[0].name", PORT_NAME, "8080", "a--b", "a-", "Web", "dev_server"),
     *accepted("ssh.authorizedKeys[0]", KEY, f"{KEY} alice@laptop"),

@@ -225,8 +225,33 @@ SPEC_CASES = [
                 "allow": [{"fqdn": "pypi.org", "cidr": "198.51.100.0/24"}],
             }
         },
-        "spec.network.allow[0]: set exactly one of fqdn and cidr",
+        "spec.network.allow[0]: set exactly one of fqdn, cidr and bundle",
         id="fqdn-and-cidr",
+    ),
+    pytest.param(
+        {"network": {"egress": "Allowlist", "allow": [{"bundle": "mirrors", "fqdn": "pypi.org"}]}},
+        "spec.network.allow[0]: set exactly one of fqdn, cidr and bundle",
+        id="bundle-and-fqdn",
+    ),
+    pytest.param(
+        {"network": {"egress": "Allowlist", "allow": [{"bundle": "mirrors", "ports": [443]}]}},
+        "spec.network.allow[0]: a bundle's entries carry their own ports; leave ports out",
+        id="bundle-with-ports",
+    ),
+    pytest.param(
+        {"network": {"egress": "Allowlist", "allow": [{"bundle": "Package-Registries"}]}},
+        "spec.network.allow[0].bundle: 'Package-Registries' must be lowercase letters, digits and '-', starting and ending with a letter or digit",
+        id="bundle-name-uppercase",
+    ),
+    pytest.param(
+        {"network": {"egress": "Allowlist", "allow": [{"bundle": "rubygems"}]}},
+        "spec.network.allow[0].bundle: 'rubygems' is not an egress bundle; use one of: package-registries",
+        id="bundle-unknown",
+    ),
+    pytest.param(
+        {"network": {"egress": "Allowlist", "allow": [{"bundle": "package-registries"}]}},
+        "spec.network.allow[0].bundle: bundle 'package-registries' holds names (registry.npmjs.org), and names can't be enforced on this platform: its namespaces already allow all internet egress, and Cilium can only take that away by address; use a ComputePlane preset",
+        id="bundle-of-names-in-a-namespace",
     ),
     *[
         pytest.param(
@@ -694,6 +719,81 @@ def _standard(**changes: Any) -> dict[str, Any]:
             _input(network={"siteDenyCidrs": ["185.12.64.1/24"]}),
             "input.network.siteDenyCidrs[0]: '185.12.64.1/24' is not a network in CIDR notation: 185.12.64.1/24 has host bits set",
             id="site-cidr-host-bits",
+        ),
+        pytest.param(
+            _input(
+                network={
+                    "egressBundles": {
+                        "package-registries": [
+                            {"fqdn": "pypi.org"},
+                            {"fqdn": "files.pythonhosted.org"},
+                            {"fqdn": "https://registry.npmjs.org"},
+                        ]
+                    }
+                }
+            ),
+            "input.network.egressBundles.package-registries[2].fqdn: 'https://registry.npmjs.org' must be a lowercase DNS name such as pypi.org, optionally starting with '*.'; no scheme, port or path",
+            id="bundle-fqdn-with-scheme",
+        ),
+        pytest.param(
+            _input(network={"egressBundles": {"mirrors": [{"fqdn": "kubernetes.default.svc"}]}}),
+            "input.network.egressBundles.mirrors[0].fqdn: 'kubernetes.default.svc' is a cluster, host or metadata name and is never allowed",
+            id="bundle-cluster-name",
+        ),
+        pytest.param(
+            _input(network={"egressBundles": {"mirrors": [{"cidr": "10.0.0.0/8"}]}}),
+            "input.network.egressBundles.mirrors[0].cidr: 10.0.0.0/8 overlaps the blocked range 10.0.0.0/8 (private network)",
+            id="bundle-private-cidr",
+        ),
+        pytest.param(
+            _input(
+                network={
+                    "siteDenyCidrs": ["185.12.64.0/22"],
+                    "egressBundles": {"mirrors": [{"cidr": "185.12.64.0/24"}]},
+                }
+            ),
+            "input.network.egressBundles.mirrors[0].cidr: 185.12.64.0/24 overlaps the blocked range 185.12.64.0/22 (the platform's site deny list)",
+            id="bundle-cidr-in-site-deny-list",
+        ),
+        pytest.param(
+            _input(network={"egressBundles": {"mirrors": [{"cidr": "64:ff9b:1::/48"}]}}),
+            "input.network.egressBundles.mirrors[0].cidr: 64:ff9b:1::/48 is refused: local-use NAT64 addresses (64:ff9b:1::/48) embed IPv4 addresses",
+            id="bundle-nat64-cidr",
+        ),
+        pytest.param(
+            _input(
+                network={
+                    "egressBundles": {
+                        "mirrors": [{"cidr": "151.101.0.0/16"}, {"cidr": "151.101.64.0/18"}]
+                    }
+                }
+            ),
+            "input.network.egressBundles.mirrors[1].cidr: 151.101.64.0/18 overlaps mirrors[0] (151.101.0.0/16); merge them",
+            id="bundle-overlapping-entries",
+        ),
+        pytest.param(
+            _input(
+                network={
+                    "egressBundles": {"mirrors": [{"fqdn": "pypi.org", "cidr": "151.101.0.0/16"}]}
+                }
+            ),
+            "input.network.egressBundles.mirrors[0]: set exactly one of fqdn and cidr",
+            id="bundle-entry-fqdn-and-cidr",
+        ),
+        pytest.param(
+            _input(network={"egressBundles": {"mirrors": [{"bundle": "package-registries"}]}}),
+            "input.network.egressBundles.mirrors[0].bundle: is not a known field; remove it or check its spelling",
+            id="bundle-in-a-bundle",
+        ),
+        pytest.param(
+            _input(network={"egressBundles": {"mirrors": []}}),
+            "input.network.egressBundles.mirrors: Tuple should have at least 1 item after validation, not 0",
+            id="empty-bundle",
+        ),
+        pytest.param(
+            _input(network={"egressBundles": {"Mirrors": [{"fqdn": "pypi.org"}]}}),
+            "input.network.egressBundles.Mirrors: 'Mirrors' must be lowercase letters, digits and '-', starting and ending with a letter or digit",
+            id="bundle-name-not-a-dns-label",
         ),
         pytest.param(
             _input(gateway={"namespace": "gw", "podLabels": {"app": "gateway\nx"}}),

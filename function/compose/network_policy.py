@@ -12,8 +12,7 @@ entities and endpoints are denied separately from addresses.
 """
 
 from ipaddress import IPv4Network, IPv6Network
-from itertools import pairwise
-from typing import Any
+from typing import Any, NamedTuple
 
 from function.compose.cilium_policy import cnp
 from function.compose.names import (
@@ -27,9 +26,9 @@ from function.compose.service import reserved_ports
 from function.errors import FieldError
 from function.model import Manifest
 from function.model.address import Network, ip_text
-from function.model.blocklist import DENY_V4, DENY_V6, blocked, embedding, span
+from function.model.blocklist import DENY_V4, DENY_V6, first_overlap, refusal
 from function.model.platform import Preset, SandboxPlatform
-from function.model.spec import AllowRule, WorkspaceSandbox
+from function.model.spec import Destination, WorkspaceSandbox
 
 CILIUM_KEY = CILIUM_POLICY_KEY
 KUBERNETES_KEY = NETWORK_POLICY_KEY
@@ -130,7 +129,7 @@ def _ports(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform) -> l
     return sorted({*reserved, *(p.port for p in ws.spec.ports)})
 
 
-def _rule_ports(rule: AllowRule) -> list[dict[str, Any]]:
+def _rule_ports(rule: Destination) -> list[dict[str, Any]]:
     if not rule.ports:
         return []
     return [{"ports": [{"port": str(p), "protocol": "ANY"} for p in sorted(set(rule.ports))]}]
@@ -148,7 +147,8 @@ def _allowlist(
     ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform
 ) -> list[dict[str, Any]]:
     rules: list[dict[str, Any]] = []
-    fqdns = sorted({a.fqdn for a in ws.spec.network.allow if a.fqdn})
+    allowed = _sorted_allow(ws, platform)
+    fqdns = sorted({a.fqdn for a in allowed if a.fqdn})
     if fqdns:
         # toFQDNs only works for names the DNS proxy saw resolved; it is told to answer the
         # listed names and refuse the rest, which also keeps DNS from becoming a tunnel.
@@ -159,25 +159,48 @@ def _allowlist(
             else {"toCIDRSet": _resolvers(platform)}
         )
         rules.append({**to_dns, "toPorts": [{"ports": DNS_PORTS, "rules": dns}]})
-    for rule in _sorted_allow(ws):
+    for rule in allowed:
         rules.append({**_peer(rule), **({"toPorts": p} if (p := _rule_ports(rule)) else {})})
     return rules
 
 
-def _peer(rule: AllowRule) -> dict[str, Any]:
+def _peer(rule: Destination) -> dict[str, Any]:
     if rule.fqdn is not None:
         return {"toFQDNs": [_fqdn_selector(rule.fqdn)]}
     if rule.cidr is not None:
         return {"toCIDRSet": [{"cidr": ip_text(rule.cidr)}]}
-    raise ValueError("an allow rule without fqdn or cidr")  # AllowRule refuses these
+    raise ValueError("a destination without fqdn or cidr")  # Destination refuses these
 
 
-def _sorted_allow(ws: WorkspaceSandbox) -> list[AllowRule]:
+class _Allowed(NamedTuple):
+    """A destination the allow-list opens, and the tenant's field it came from."""
+
+    path: str  # spec.network.allow[i].fqdn, .cidr or .bundle
+    entry: int  # its position in spec.network.allow
+    destination: Destination
+
+
+def _allowed(ws: WorkspaceSandbox, platform: SandboxPlatform) -> list[_Allowed]:
+    """The allow-list with each bundle expanded: as if the tenant had listed its entries."""
+    out = []
+    for i, rule in enumerate(ws.spec.network.allow):
+        if rule.bundle is not None:
+            path = f"spec.network.allow[{i}].bundle"
+            out += [_Allowed(path, i, d) for d in platform.network.bundle(rule.bundle, path)]
+            continue
+        field = "fqdn" if rule.fqdn is not None else "cidr"
+        # Already validated as an AllowRule, with the same field types.
+        own = Destination.model_construct(fqdn=rule.fqdn, cidr=rule.cidr, ports=rule.ports)
+        out.append(_Allowed(f"spec.network.allow[{i}].{field}", i, own))
+    return out
+
+
+def _sorted_allow(ws: WorkspaceSandbox, platform: SandboxPlatform) -> list[Destination]:
     # Sorted so that reordering spec.network.allow doesn't rewrite the live policy.
-    return sorted(ws.spec.network.allow, key=_allow_order)
+    return sorted((a.destination for a in _allowed(ws, platform)), key=_allow_order)
 
 
-def _allow_order(rule: AllowRule) -> tuple[str, str, tuple[int, ...]]:
+def _allow_order(rule: Destination) -> tuple[str, str, tuple[int, ...]]:
     return rule.fqdn or "", ip_text(rule.cidr) if rule.cidr is not None else "", rule.ports
 
 
@@ -200,37 +223,35 @@ def _egress(
 def check_allow(ws: WorkspaceSandbox, platform: SandboxPlatform) -> None:
     """Refuse what the allow-list can't enforce, and CIDRs that touch a blocked range."""
     site = platform.network.denied_cidrs
-    cidrs: list[tuple[tuple[int, int, int], int]] = []
-    networks: dict[int, Network] = {}
-    for i, rule in enumerate(ws.spec.network.allow):
-        if rule.fqdn is not None and platform.network.namespaces_allow_internet:
-            raise FieldError(
-                f"spec.network.allow[{i}].fqdn",
-                "names can't be enforced on this platform: its namespaces already allow all "
-                "internet egress, and Cilium can only take that away by address; list the "
-                "destination's addresses as cidr entries",
-            )
-        if rule.cidr is None:
+    nat64 = platform.network.site_addresses.nat64_prefixes or ()
+    cidrs: list[tuple[_Allowed, Network]] = []
+    for allowed in _allowed(ws, platform):
+        entry = allowed.destination
+        if entry.fqdn is not None and platform.network.namespaces_allow_internet:
+            raise FieldError(allowed.path, _names_refused(ws, allowed, entry.fqdn))
+        if entry.cidr is None:
             continue
-        path = f"spec.network.allow[{i}].cidr"
-        networks[i] = rule.cidr
-        why = embedding(rule.cidr, platform.network.site_addresses.nat64_prefixes or ())
+        why = refusal(entry.cidr, site, nat64)
         if why is not None:
-            raise FieldError(path, f"{ip_text(rule.cidr)} is refused: {why}")
-        hit = blocked(rule.cidr, site)
-        if hit is not None:
-            found = f"{ip_text(hit[0])} ({hit[1]})"
-            raise FieldError(path, f"{ip_text(rule.cidr)} overlaps the blocked range {found}")
-        cidrs.append((span(rule.cidr), i))
-    # Overlapping entries would make one entry's port denies close the other's ports. Sorted
-    # by start, any overlap shows between neighbours.
-    cidrs.sort()
-    for ((v1, _, last), i), ((v2, first, _), j) in pairwise(cidrs):
-        if v1 == v2 and first <= last:
-            later, earlier = max(i, j), min(i, j)
-            overlap = f"overlaps allow[{earlier}] ({ip_text(networks[earlier])}); merge them"
-            later_cidr = ip_text(networks[later])
-            raise FieldError(f"spec.network.allow[{later}].cidr", f"{later_cidr} {overlap}")
+            raise FieldError(allowed.path, why)
+        cidrs.append((allowed, entry.cidr))
+    overlap = first_overlap([cidr for _, cidr in cidrs])
+    if overlap is not None:
+        (earlier, first), (later, second) = cidrs[overlap[0]], cidrs[overlap[1]]
+        overlaps = f"overlaps allow[{earlier.entry}] ({ip_text(first)}); merge them"
+        raise FieldError(later.path, f"{ip_text(second)} {overlaps}")
+
+
+def _names_refused(ws: WorkspaceSandbox, allowed: _Allowed, fqdn: str) -> str:
+    why = (
+        "names can't be enforced on this platform: its namespaces already allow all internet "
+        "egress, and Cilium can only take that away by address"
+    )
+    bundle = ws.spec.network.allow[allowed.entry].bundle
+    if bundle is not None:
+        # The tenant can't edit a bundle: name what in it is refused, and where it works.
+        return f"bundle {bundle!r} holds names ({fqdn}), and {why}; use a ComputePlane preset"
+    return f"{why}; list the destination's addresses as cidr entries"
 
 
 def _other_ports(ports: tuple[int, ...]) -> list[dict[str, Any]]:
@@ -282,9 +303,9 @@ def gateway_guard_denies(platform: SandboxPlatform) -> list[dict[str, Any]]:
     return [_gateway_tcp_only(platform), icmp]
 
 
-def _allowlist_denies(ws: WorkspaceSandbox) -> list[dict[str, Any]]:
+def _allowlist_denies(ws: WorkspaceSandbox, platform: SandboxPlatform) -> list[dict[str, Any]]:
     """The allow-list written as denies, for namespaces that already allow the internet."""
-    cidrs = [(r, r.cidr) for r in _sorted_allow(ws) if r.cidr is not None]
+    cidrs = [(r, r.cidr) for r in _sorted_allow(ws, platform) if r.cidr is not None]
     rest = []
     for everything, version in (("0.0.0.0/0", 4), ("::/0", 6)):
         listed = [ip_text(cidr) for _, cidr in cidrs if cidr.version == version]
@@ -307,7 +328,7 @@ def _cilium_policy(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatfo
     if ws.spec.network.egress == "None":
         deny_egress = [{"toEntities": ["all"]}]
     elif ws.spec.network.egress == "Allowlist" and platform.network.namespaces_allow_internet:
-        deny_egress += _allowlist_denies(ws)
+        deny_egress += _allowlist_denies(ws, platform)
     open_ports = _ports(ws, preset, platform)
     ports = [{"port": str(p), "protocol": "TCP"} for p in open_ports]
     # The baseline lets the cluster in on every port and protocol; the gateway gets only our
@@ -357,7 +378,7 @@ def _kubernetes_egress(
         rules.append({"to": [_ip_block("0.0.0.0/0", v4), _ip_block("::/0", v6)]})
     if mode == "Allowlist":
         # A NetworkPolicy can't name FQDNs: without Cilium, only the listed CIDRs are open.
-        for rule in _sorted_allow(ws):
+        for rule in _sorted_allow(ws, platform):
             if rule.cidr is None:
                 continue
             ports = [

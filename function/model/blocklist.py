@@ -6,6 +6,7 @@ Each range carries the reason a tenant reads when an allow-list entry overlaps i
 """
 
 from ipaddress import IPv4Network, IPv6Network, collapse_addresses
+from itertools import pairwise
 
 from function.model.address import Network, ip_text
 
@@ -101,6 +102,32 @@ def embedding(network: Network, nat64: tuple[IPv6Network, ...] = ()) -> str | No
         for prefix, reason in (*IPV4_EMBEDDING, *site):
             if network.overlaps(prefix):
                 return f"{reason} addresses ({ip_text(prefix)}) embed IPv4 addresses"
+    return None
+
+
+def refusal(
+    network: Network, site: tuple[Network, ...], nat64: tuple[IPv6Network, ...]
+) -> str | None:
+    """Why an allow entry's `network` is refused, or None: what a tenant and a bundle share."""
+    why = embedding(network, nat64)
+    if why is not None:
+        return f"{ip_text(network)} is refused: {why}"
+    hit = blocked(network, site)
+    if hit is not None:
+        return f"{ip_text(network)} overlaps the blocked range {ip_text(hit[0])} ({hit[1]})"
+    return None
+
+
+def first_overlap(networks: list[Network]) -> tuple[int, int] | None:
+    """The (earlier, later) positions of two overlapping networks, or None.
+
+    Overlapping entries would make one entry's port denies close the other's ports. Sorted by
+    start, any overlap shows between neighbours.
+    """
+    ordered = sorted((span(n), i) for i, n in enumerate(networks))
+    for ((v1, _, last), i), ((v2, first, _), j) in pairwise(ordered):
+        if v1 == v2 and first <= last:
+            return min(i, j), max(i, j)
     return None
 
 

@@ -16,8 +16,9 @@ from pydantic import AfterValidator, Field, model_validator
 from function.errors import FieldError
 from function.model import Model
 from function.model.address import Network, ip_text
-from function.model.blocklist import blocked, nat64_denies
+from function.model.blocklist import blocked, first_overlap, nat64_denies, refusal
 from function.model.names import DnsLabel, DnsSubdomain, LabelKey, LabelValue
+from function.model.spec import MAX_ALLOW_RULES, Destination
 from function.model.types import (
     Bool,
     Bytes,
@@ -333,6 +334,38 @@ class PlatformNetwork(Model):
     # Cozystack's tenant baseline allows every pod egress to `world`, and allows add up: an
     # allow-list must then be enforced with denies, which Cilium can only write by address.
     namespaces_allow_internet: Bool = True
+    # Approved egress curated once: tenants name a bundle in spec.network.allow[].bundle.
+    egress_bundles: dict[
+        DnsLabel,
+        Annotated[tuple[Destination, ...], Field(min_length=1, max_length=MAX_ALLOW_RULES)],
+    ] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _bundles_allowed(self) -> "PlatformNetwork":
+        """A bundle's addresses pass the checks a tenant's would, so no tenant is blamed."""
+        nat64 = self.site_addresses.nat64_prefixes or ()
+        for name, entries in self.egress_bundles.items():
+            cidrs = [(k, e.cidr) for k, e in enumerate(entries) if e.cidr is not None]
+            for k, cidr in cidrs:
+                why = refusal(cidr, self.denied_cidrs, nat64)
+                if why is not None:
+                    raise FieldError(f"input.network.egressBundles.{name}[{k}].cidr", why)
+            overlap = first_overlap([cidr for _, cidr in cidrs])
+            if overlap is not None:
+                (earlier, first), (later, second) = cidrs[overlap[0]], cidrs[overlap[1]]
+                raise FieldError(
+                    f"input.network.egressBundles.{name}[{later}].cidr",
+                    f"{ip_text(second)} overlaps {name}[{earlier}] ({ip_text(first)}); merge them",
+                )
+        return self
+
+    def bundle(self, name: str, path: str) -> tuple[Destination, ...]:
+        try:
+            return self.egress_bundles[name]
+        except KeyError:
+            known = ", ".join(sorted(self.egress_bundles))
+            fix = f"use one of: {known}" if known else "this platform offers none"
+            raise FieldError(path, f"{name!r} is not an egress bundle; {fix}") from None
 
     @model_validator(mode="after")
     def _resolvers_reachable(self) -> "PlatformNetwork":

@@ -63,15 +63,36 @@ class Lifetime(Model):
     suspend_at: Time | None = None
 
 
-class AllowRule(Model):
+class Destination(Model):
+    """One destination, by name or by address, with its ports.
+
+    A bundle's entry, and what each tenant allow entry stands for once bundles are expanded.
+    """
+
     fqdn: Fqdn | None = None
     cidr: Cidr | None = None  # strict parsing: host bits are an error
     ports: tuple[Port, ...] = Field(default=(), max_length=MAX_RULE_PORTS)
 
     @model_validator(mode="after")
-    def _one_destination(self) -> "AllowRule":
+    def _one_destination(self) -> "Destination":
         if (self.fqdn is None) == (self.cidr is None):
             raise ValueError("set exactly one of fqdn and cidr")
+        return self
+
+
+class AllowRule(Model):
+    fqdn: Fqdn | None = None
+    cidr: Cidr | None = None  # strict parsing: host bits are an error
+    # A named bundle of destinations from the platform's input.network.egressBundles.
+    bundle: DnsLabel | None = None
+    ports: tuple[Port, ...] = Field(default=(), max_length=MAX_RULE_PORTS)
+
+    @model_validator(mode="after")
+    def _one_destination(self) -> "AllowRule":
+        if sum(v is not None for v in (self.fqdn, self.cidr, self.bundle)) != 1:
+            raise ValueError("set exactly one of fqdn, cidr and bundle")
+        if self.bundle is not None and self.ports:
+            raise ValueError("a bundle's entries carry their own ports; leave ports out")
         return self
 
 

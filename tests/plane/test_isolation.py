@@ -31,6 +31,7 @@ from tests.policy.isolation import ALICE_POD, POD_TABLE
 from tests.support import (
     NOW,
     PLATFORM,
+    platform_input,
     workspace,
 )
 
@@ -216,3 +217,69 @@ def test_names_are_refused_where_the_namespace_allows_the_internet_but_not_in_a_
     # Allows only: nothing in the plane allows the internet, so no deny has to take it away.
     denied = {c["cidr"] for r in cilium["egressDeny"] for c in r.get("toCIDRSet", [])}
     assert {"0.0.0.0/0", "::/0"}.isdisjoint(denied)
+
+
+BUNDLED = {"network": {"egress": "Allowlist", "allow": [{"bundle": "package-registries"}]}}
+
+
+def test_a_bundle_renders_inside_a_plane_as_its_entries_listed_by_hand() -> None:
+    entries = platform_input()["network"]["egressBundles"]["package-registries"]
+    by_hand = {"network": {"egress": "Allowlist", "allow": entries}}
+    bundled, _ = converge(SHARED, BUNDLED)
+    listed, _ = converge(SHARED, by_hand)
+    assert bundled.resources == listed.resources
+    pypi = {
+        "toFQDNs": [{"matchName": "pypi.org"}],
+        "toPorts": [{"ports": [{"port": "443", "protocol": "ANY"}]}],
+    }
+    assert pypi in inner(bundled, "cilium-policy")["spec"]["egress"]
+
+
+@cache
+def _bundled_policies(p: Placement) -> tuple[Manifest, ...]:
+    return tuple(plane_world_policies(p, BUNDLED))
+
+
+@LOCAL_CLUSTER
+@pytest.mark.parametrize("p", BOTH)
+@pytest.mark.parametrize(
+    ("flow", "allowed"),
+    [
+        pytest.param(from_alice("pypi.org", dns_resolver="9.9.9.9"), True, id="pypi"),
+        pytest.param(
+            from_alice("files.pythonhosted.org", dns_resolver="9.9.9.9"), True, id="pypi-files"
+        ),
+        pytest.param(from_alice("registry.npmjs.org", dns_resolver="9.9.9.9"), True, id="npm"),
+        pytest.param(from_alice("github.com", dns_resolver="9.9.9.9"), True, id="github"),
+        pytest.param(
+            from_alice("github.com", 22, dns_resolver="9.9.9.9"), False, id="github-ssh-unlisted"
+        ),
+        pytest.param(
+            from_alice("pypi.org", 80, dns_resolver="9.9.9.9"), False, id="port-the-entry-lacks"
+        ),
+        pytest.param(
+            from_alice("upload.pypi.org", dns_resolver="9.9.9.9"), False, id="unlisted-name"
+        ),
+        pytest.param(
+            from_alice("9.9.9.9", 53, "UDP", dns_name="registry.npmjs.org"), True, id="dns-listed"
+        ),
+        pytest.param(
+            from_alice("9.9.9.9", 53, "UDP", dns_name="upload.pypi.org"),
+            False,
+            id="dns-unlisted-refused",
+        ),
+        pytest.param(from_alice("1.1.1.1"), False, id="unlisted-public"),
+        pytest.param(from_alice("10.0.0.5"), False, id="private"),
+    ],
+)
+def test_a_bundle_is_enforced_inside_a_plane(
+    p: Placement, flow: Flow, allowed: bool, local: bool
+) -> None:
+    v = evaluate(flow, _bundled_policies(p), plane_environment(p, local))
+    assert v.allowed is allowed, v.reason
+
+
+def test_a_bundle_of_names_is_refused_where_the_namespace_allows_the_internet() -> None:
+    with pytest.raises(FieldError) as err:
+        render(workspace({"preset": "gvisor", **BUNDLED}), PLATFORM, {}, NOW)
+    assert err.value.path == "spec.network.allow[0].bundle"
