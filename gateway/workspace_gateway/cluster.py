@@ -5,7 +5,8 @@ from pathlib import Path
 from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 
-DEFAULT_NAMESPACE = "sandbox-gateway"
+# Where deploy/gateway installs it, and where the SandboxPlatform lets the gateway in from.
+DEFAULT_NAMESPACE = "cozy-sandbox-gateway"
 IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 MIN_SEED_BYTES = 32
 

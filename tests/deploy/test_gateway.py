@@ -17,6 +17,7 @@ from typing import Any
 import kubernetes.client.api
 import pytest
 import yaml
+from workspace_gateway import cluster
 
 from tests.deploy.install import identity, kustomize, needs_kubectl
 from tests.pod_security import restricted_violations
@@ -148,6 +149,8 @@ def test_every_namespaced_object_is_in_the_gateway_namespace() -> None:
     }
     assert set(namespaces.values()) == {PLATFORM.gateway.namespace}
     assert find("Namespace")["metadata"]["name"] == PLATFORM.gateway.namespace
+    # Off-cluster, `keys` and `--kubernetes` default to the install's namespace too.
+    assert cluster.DEFAULT_NAMESPACE == PLATFORM.gateway.namespace
 
 
 # --------------------------------------------------------------------------- the pods
