@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from function.compose import agent, ownership, placement
+from function.compose import agent, ownership, placement, sandbox_namespace
 from function.compose.lifetime import DEFAULT_TTL_SECONDS, lifetime
 from function.compose.names import resolve
 from function.compose.never_moves import lives_on, same_runtime
@@ -21,6 +21,10 @@ from function.model.platform import Preset, SandboxPlatform
 from function.model.spec import WorkspaceSandbox
 
 AGENT_NOT_CONFIGURED = "AgentNotConfigured"
+_PLACE = {
+    "Namespace": placement.in_namespace,
+    "SandboxNamespace": sandbox_namespace.in_sandbox_namespace,
+}
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,7 @@ def render(
     life = lifetime(ws, preset_name, preset, now)
     if life.expired:
         ws = ws.model_copy(update={"spec": ws.spec.model_copy(update={"power": "Suspended"})})
-    place = placement.in_namespace if preset.placement == "Namespace" else placement.in_plane
+    place = _PLACE.get(preset.placement, placement.in_plane)
     placed = place(
         ws,
         preset_name=preset_name,
@@ -79,6 +83,7 @@ def render(
         expired=life.expired,
         waiting=placed.waiting,
         plane=placed.plane,
+        namespace=placed.namespace,
     )
     asks = placed.requirements | ownership.vacancies(ws, placed.resources, observed, required)
     notices = {}

@@ -26,7 +26,7 @@ async def run(composite: dict[str, Any], step_input: dict[str, Any] | None = Non
 SPEC_CASES = [
     pytest.param(
         {"preset": "xl"},
-        "spec.preset: 'xl' is not offered; use one of: dedicated-plane, gvisor, kata, shared-plane, standard",
+        "spec.preset: 'xl' is not offered; use one of: dedicated-plane, gvisor, isolated, isolated-kata, kata, shared-plane, standard",
         id="unknown-preset",
     ),
     pytest.param(
@@ -148,7 +148,7 @@ SPEC_CASES = [
     *(
         pytest.param(
             {"preset": preset, "ssh": {"authorizedKeys": [KEY]}},
-            f"spec.ssh.authorizedKeys: preset '{preset}' runs the sandbox in a pod (runtime {runtime}), which never receives SSH keys and serves no SSH; remove spec.ssh.authorizedKeys, or create the sandbox with a preset that runs a VM: standard",
+            f"spec.ssh.authorizedKeys: preset '{preset}' runs the sandbox in a pod (runtime {runtime}), which never receives SSH keys and serves no SSH; remove spec.ssh.authorizedKeys, or create the sandbox with a preset that runs a VM: isolated, standard",
             id=f"ssh-keys-on-{preset}",
         )
         for preset, runtime in [
@@ -250,7 +250,7 @@ SPEC_CASES = [
     ),
     pytest.param(
         {"network": {"egress": "Allowlist", "allow": [{"bundle": "package-registries"}]}},
-        "spec.network.allow[0].bundle: bundle 'package-registries' holds names (registry.npmjs.org), and names can't be enforced on this platform: its namespaces already allow all internet egress, and Cilium can only take that away by address; use a ComputePlane preset",
+        "spec.network.allow[0].bundle: bundle 'package-registries' holds names (registry.npmjs.org), and names can't be enforced on this platform: its namespaces already allow all internet egress, and Cilium can only take that away by address; use a preset that gives each sandbox a namespace of its own (dedicated-plane, isolated, isolated-kata, shared-plane)",
         id="bundle-of-names-in-a-namespace",
     ),
     *[
@@ -863,7 +863,9 @@ async def test_names_in_the_allowlist_are_refused_where_namespaces_allow_the_int
         (
             "spec.network.allow[1].fqdn: names can't be enforced on this platform: its namespaces "
             "already allow all internet egress, and Cilium can only take that away by address; "
-            "list the destination's addresses as cidr entries"
+            "use a preset that gives each sandbox a namespace of its own (dedicated-plane, "
+            "isolated, isolated-kata, shared-plane), or list the destination's addresses as "
+            "cidr entries"
         )
     ]
 

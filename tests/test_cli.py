@@ -148,7 +148,7 @@ def test_fatal_exits_non_zero_with_the_message_on_stderr(tmp_path: Path) -> None
     assert result.exit_code == 1
     assert (
         result.stderr
-        == "error: spec.preset: 'xl' is not offered; use one of: dedicated-plane, gvisor, kata, shared-plane, standard\n"
+        == "error: spec.preset: 'xl' is not offered; use one of: dedicated-plane, gvisor, isolated, isolated-kata, kata, shared-plane, standard\n"
     )
     results = list(yaml.safe_load_all(result.stdout))
     assert results == [
@@ -157,7 +157,7 @@ def test_fatal_exits_non_zero_with_the_message_on_stderr(tmp_path: Path) -> None
             "kind": "Result",
             "step": "compose-sandbox",
             "severity": "SEVERITY_FATAL",
-            "message": "spec.preset: 'xl' is not offered; use one of: dedicated-plane, gvisor, kata, shared-plane, standard",
+            "message": "spec.preset: 'xl' is not offered; use one of: dedicated-plane, gvisor, isolated, isolated-kata, kata, shared-plane, standard",
             "reason": "InvalidSpec",
         }
     ]

@@ -75,7 +75,7 @@ def test_bad_input_over_grpc_is_a_fatal_result_not_an_error(address: str) -> Non
     assert [(r.severity, r.message) for r in bad.results] == [
         (
             fnv1.SEVERITY_FATAL,
-            "spec.preset: 'xl' is not offered; use one of: dedicated-plane, gvisor, kata, shared-plane, standard",
+            "spec.preset: 'xl' is not offered; use one of: dedicated-plane, gvisor, isolated, isolated-kata, kata, shared-plane, standard",
         )
     ]
     assert not results(good)

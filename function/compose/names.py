@@ -80,6 +80,7 @@ SERVICE_ACCOUNT_KEY = "service-account"
 PLANE_KEY = "compute-plane"
 PROVIDER_CONFIG_KEY = "plane-access"
 PLANE_NAMESPACE_KEY = "plane-namespace"
+SANDBOX_NAMESPACE_KEY = "sandbox-namespace"
 WORKSPACE_VOLUME_KEY = "workspace-volume"
 WORKSPACE_CLAIM_KEY = "workspace-claim"
 SNAPSHOT_PREFIX = "snapshot-"
@@ -228,6 +229,22 @@ def plane_namespace(ws: WorkspaceSandbox) -> str:
     names = _names(ws)
     return names.seen.get(PLANE_NAMESPACE_KEY) or composed_name(
         f"sandbox-{names.xr}", names.xr, "plane-namespace"
+    )
+
+
+def sandbox_namespace(ws: WorkspaceSandbox) -> str:
+    """The host namespace of its own that the SandboxNamespace placement gives a sandbox.
+
+    Namespaces are cluster-wide, so the tenant's namespace is hashed in beside the XR's name
+    (XR names are unique only within it); the readable part starts with `sandbox-`.
+    """
+    names = _names(ws)
+    tenant = ws.metadata.namespace
+    return names.seen.get(SANDBOX_NAMESPACE_KEY) or composed_name(
+        f"sandbox-{tenant.removeprefix('tenant-')}-{names.xr}",
+        names.xr,
+        "sandbox-namespace",
+        tenant,
     )
 
 

@@ -228,7 +228,7 @@ def check_allow(ws: WorkspaceSandbox, platform: SandboxPlatform) -> None:
     for allowed in _allowed(ws, platform):
         entry = allowed.destination
         if entry.fqdn is not None and platform.network.namespaces_allow_internet:
-            raise FieldError(allowed.path, _names_refused(ws, allowed, entry.fqdn))
+            raise FieldError(allowed.path, _names_refused(ws, platform, allowed, entry.fqdn))
         if entry.cidr is None:
             continue
         why = refusal(entry.cidr, site, nat64)
@@ -242,16 +242,22 @@ def check_allow(ws: WorkspaceSandbox, platform: SandboxPlatform) -> None:
         raise FieldError(later.path, f"{ip_text(second)} {overlaps}")
 
 
-def _names_refused(ws: WorkspaceSandbox, allowed: _Allowed, fqdn: str) -> str:
+def _names_refused(
+    ws: WorkspaceSandbox, platform: SandboxPlatform, allowed: _Allowed, fqdn: str
+) -> str:
     why = (
         "names can't be enforced on this platform: its namespaces already allow all internet "
         "egress, and Cilium can only take that away by address"
     )
+    elsewhere = sorted(n for n, p in platform.presets.items() if p.placement != "Namespace")
+    where = f"a preset that gives each sandbox a namespace of its own ({', '.join(elsewhere)})"
     bundle = ws.spec.network.allow[allowed.entry].bundle
     if bundle is not None:
         # The tenant can't edit a bundle: name what in it is refused, and where it works.
-        return f"bundle {bundle!r} holds names ({fqdn}), and {why}; use a ComputePlane preset"
-    return f"{why}; list the destination's addresses as cidr entries"
+        instead = where if elsewhere else "a preset that gives each sandbox its own namespace"
+        return f"bundle {bundle!r} holds names ({fqdn}), and {why}; use {instead}"
+    instead = f"use {where}, or " if elsewhere else ""
+    return f"{why}; {instead}list the destination's addresses as cidr entries"
 
 
 def _other_ports(ports: tuple[int, ...]) -> list[dict[str, Any]]:

@@ -14,38 +14,59 @@ from function.model.spec import WorkspaceSandbox
 
 
 def lives_on(observed: Observed) -> str | None:
-    """Where an existing sandbox's workspace is: a VM disk, a pod claim, or a ComputePlane."""
+    """Where an existing sandbox's workspace is.
+
+    A VM disk or a pod claim in the tenant's namespace, the same in a namespace of its own
+    (`own:` and the runtime), or a ComputePlane.
+    """
+    for key in (workspace_volume.KEY, workspace_claim.KEY, sandbox.KEY):
+        obj = observed.get(key)
+        if dig(obj, "kind") != "Object":
+            continue
+        if dig(obj, "spec", "providerConfigRef", "kind") != "ClusterProviderConfig":
+            return "plane"
+        return "own:kubevirt" if key == workspace_volume.KEY else "own:pod"
     if workspace_volume.KEY in observed:
         return "kubevirt"
-    claim = observed.get(workspace_claim.KEY)
-    if dig(claim, "kind") == "Object":
-        return "plane"
-    if claim is not None or sandbox.KEY in observed:
+    if workspace_claim.KEY in observed or sandbox.KEY in observed:
         return "pod"
     return None
 
 
+_WHERE = {
+    "kubevirt": "kubevirt",
+    "pod": "a pod runtime",
+    "plane": "a ComputePlane",
+    "own:kubevirt": "kubevirt in a namespace of its own",
+    "own:pod": "a pod runtime in a namespace of its own",
+}
+
+
+def _wants(preset: Preset) -> str:
+    if preset.placement not in {"Namespace", "SandboxNamespace"}:
+        return "plane"
+    runtime = "kubevirt" if preset.runtime == "kubevirt" else "pod"
+    return f"own:{runtime}" if preset.placement == "SandboxNamespace" else runtime
+
+
 def same_runtime(preset_name: str, preset: Preset, observed: Observed) -> None:
     """A preset may change sizes and classes, never where the workspace lives."""
-    was = lives_on(observed)
-    if preset.placement != "Namespace":
-        want = "plane"
-    else:
-        want = "kubevirt" if preset.runtime == "kubevirt" else "pod"
+    was, want = lives_on(observed), _wants(preset)
     if was is None or was == want:
         return
-    where = {"kubevirt": "kubevirt", "pod": "a pod runtime", "plane": "a ComputePlane"}
-    runs = preset.placement if want == "plane" else preset.runtime
-    # A plane's snapshots are inside it, out of reach of a restore in the tenant's namespace.
+    runs: str = preset.placement if want == "plane" else preset.runtime
+    if want.startswith("own:"):
+        runs += " in a namespace of its own"
+    # Snapshots stay where their disk is, out of reach of a restore in the tenant's namespace.
     instead = (
-        "Keep the preset, or create a new sandbox"
-        if "plane" in (was, want)
-        else "Snapshot it and restore the snapshot into a new sandbox instead"
+        "Snapshot it and restore the snapshot into a new sandbox instead"
+        if was in {"kubevirt", "pod"} and want in {"kubevirt", "pod"}
+        else "Keep the preset, or create a new sandbox"
     )
     raise FieldError(
         "spec.preset",
         f"preset {preset_name!r} runs {runs}, but this sandbox's workspace lives on "
-        f"{where[was]}; switching would leave it behind. {instead}",
+        f"{_WHERE[was]}; switching would leave it behind. {instead}",
     )
 
 

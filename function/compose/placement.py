@@ -92,6 +92,8 @@ class Placement:
     waiting: Waiting | None = None
     """What provisioning waits for before the workload's own progress counts."""
     plane: str | None = None
+    namespace: str | None = None
+    """Where the workload runs, when that isn't the tenant's namespace."""
 
 
 def in_namespace(
@@ -189,6 +191,7 @@ def in_plane(
         warnings=warnings,
         waiting=waiting,
         plane=target.name,
+        namespace=plane_namespace(ws),
     )
 
 
@@ -241,7 +244,7 @@ def _limits(ws: WorkspaceSandbox, preset: Preset, size: Size) -> Manifest:
     }
 
 
-def _inside_platform(platform: SandboxPlatform) -> SandboxPlatform:
+def inside_platform(platform: SandboxPlatform) -> SandboxPlatform:
     """Inside the plane no tenant baseline allows anything, so allow rules restrict."""
     network = platform.network.model_copy(update={"namespaces_allow_internet": False})
     return platform.model_copy(update={"network": network})
@@ -259,23 +262,23 @@ def _contents(
     runs: Workload,
 ) -> dict[str, Manifest]:
     """Everything placed inside the plane, unwrapped, keyed like the resources they become."""
-    inside_platform = _inside_platform(platform)
-    guard = {GUARD_KEY: plane_guard(inside_platform)} if platform.network.cilium else {}
+    unbased = inside_platform(platform)
+    guard = {GUARD_KEY: plane_guard(unbased)} if platform.network.cilium else {}
     pod = runs.compose(Build(ws, preset, platform, image, size, inside))
     return {
         NAMESPACE_KEY: _namespace(ws),
         **guard,
         QUOTA_KEY: _quota(ws, preset, size),
         LIMITS_KEY: _limits(ws, preset, size),
-        **network_policies(ws, preset, inside_platform),
+        **network_policies(ws, preset, unbased),
         **service(ws, preset, platform),
         **pod,
-        runs.key: _short_grace(pod[runs.key]),
+        runs.key: short_grace(pod[runs.key]),
         **snapshots.volume_snapshots(ws, preset_name, preset, runs, inside),
     }
 
 
-def _short_grace(manifest: Manifest) -> Manifest:
+def short_grace(manifest: Manifest) -> Manifest:
     """The workload with an explicit, short termination grace for its pod."""
     spec = manifest["spec"]
     field = "template" if "template" in spec else "podTemplate"
@@ -284,24 +287,27 @@ def _short_grace(manifest: Manifest) -> Manifest:
     return {**manifest, "spec": {**spec, field: {**template, "spec": graced}}}
 
 
-def _clears_stage(key: str, observed: Observed, ready: dict[str, bool]) -> bool:
+def clears_stage(key: str, observed: Observed, ready: dict[str, bool]) -> bool:
     """Whether `key` lets the next stage be placed: ready, or a claim that exists."""
     # A claim of a WaitForFirstConsumer class binds only once its pod exists: waiting for it to
     # be bound before placing the pod would wait forever.
     return ready.get(key, False) or (key == workspace_claim.KEY and key in observed)
 
 
-def _staged(
-    placed: dict[str, Manifest], observed: Observed, ready: dict[str, bool]
+def staged(
+    placed: dict[str, Manifest],
+    observed: Observed,
+    ready: dict[str, bool],
+    stages: tuple[tuple[str, ...], ...] = _STAGES,
 ) -> dict[str, Manifest]:
     """What may be placed now: each stage once the one before is ready, and all placed so far.
 
     A stage also waits for what `ready` judges beside the Objects (the workers' policy).
     """
     out: dict[str, Manifest] = {}
-    for stage in (*_STAGES, tuple(placed)):
+    for stage in (*stages, tuple(placed)):
         out |= {k: placed[k] for k in stage if k in placed}
-        if not all(_clears_stage(k, observed, ready) for k in stage if k in placed or k in ready):
+        if not all(clears_stage(k, observed, ready) for k in stage if k in placed or k in ready):
             break
     return out | {k: m for k, m in placed.items() if k in observed}
 
@@ -320,7 +326,7 @@ def _wrap(
     namespace = plane_namespace(ws)
     dedicated = preset.placement == "DedicatedComputePlane"
     out = provider_config(ws, preset, into)
-    for key, manifest in _staged(inner, observed, ready).items():
+    for key, manifest in staged(inner, observed, ready).items():
         keep_deletes = key != GUARD_KEY and (not dedicated or key.startswith(snapshots.PREFIX))
         out[key] = kubernetes_object.wrap(
             ws,
@@ -351,7 +357,7 @@ def _placing(
     """What placing the workload still waits for, while it isn't placed."""
     if runs.key in placed:
         return None
-    waiting = [k for k in placed if k in ready and not _clears_stage(k, observed, ready)]
+    waiting = [k for k in placed if k in ready and not clears_stage(k, observed, ready)]
     shown = ", ".join(sorted(waiting)) or "the plane"
     return f"placing the sandbox into ComputePlane {into!r}: waiting for {shown}"
 

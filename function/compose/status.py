@@ -13,7 +13,7 @@ from typing import Any
 
 from function.compose import snapshots
 from function.compose.conditions import Condition, Progress, done, pending
-from function.compose.names import SERVICE_KEY, plane_namespace, sandbox_name, snapshot_name
+from function.compose.names import SERVICE_KEY, sandbox_name, snapshot_name
 from function.compose.observed import dig
 from function.compose.workload import Workload
 from function.model import Manifest, Observed
@@ -86,11 +86,17 @@ def _lifetime_expired(progress: Progress, deadline: str) -> Progress:
 
 
 def _where(
-    ws: WorkspaceSandbox, workload: Workload, observed: Observed, plane: str | None
+    ws: WorkspaceSandbox,
+    workload: Workload,
+    observed: Observed,
+    plane: str | None,
+    namespace: str | None,
 ) -> dict[str, str]:
     """Where the gateway reaches the sandbox, and which claim holds its workspace."""
     out = {} if plane is None else {"computePlane": plane}
-    namespace = ws.metadata.namespace if plane is None else plane_namespace(ws)
+    if plane is None and namespace is not None:
+        out["sandboxNamespace"] = namespace
+    namespace = namespace or ws.metadata.namespace
     if "service" in observed:
         out["endpoint"] = f"{sandbox_name(ws, SERVICE_KEY)}.{namespace}.svc"
     if workload.has_claim(observed):
@@ -109,12 +115,14 @@ def workspace_status(
     expired: bool,
     waiting: Waiting | None = None,
     plane: str | None = None,
+    namespace: str | None = None,
 ) -> Judged:
     """The XR's whole status, its conditions, and whether the sandbox is usable now.
 
     `observed` is what is observed where the workload runs (inside a ComputePlane: what its
     Objects observe), `waiting` what provisioning still waits for before the workload's own
-    progress counts, and `plane` the ComputePlane's name.
+    progress counts, `plane` the ComputePlane's name, and `namespace` where the workload runs
+    when that isn't the tenant's namespace.
     """
     progress = workload.progress(ws, observed)
     if waiting is not None:
@@ -136,7 +144,7 @@ def workspace_status(
         "placement": preset.placement,
         "snapshots": entries,
     }
-    status |= _where(ws, workload, observed, plane)
+    status |= _where(ws, workload, observed, plane, namespace)
     if shown:
         status["suspendAt"] = shown
     conditions = (progress.provisioned, progress.suspended, _snapshots_condition(entries))

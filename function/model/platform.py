@@ -32,7 +32,7 @@ from function.model.types import (
 )
 
 Runtime = Literal["kubevirt", "kata", "gvisor", "container"]
-Placement = Literal["Namespace", "SharedComputePlane", "DedicatedComputePlane"]
+Placement = Literal["Namespace", "SandboxNamespace", "SharedComputePlane", "DedicatedComputePlane"]
 
 _DIGEST_PINNED = re.compile(r"[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+(:[\w.-]+)?@sha256:[0-9a-f]{64}")
 
@@ -216,18 +216,16 @@ class Preset(Model):
     pod: PodOptions = PodOptions()
     scheduling: Scheduling = Scheduling()
     compute_plane: ComputePlaneOptions | None = None
+    # SandboxNamespace: what the namespace's quota allows beyond the sandbox's own size, for
+    # what runs beside it there (a RuntimeClass's pod overhead, KubeVirt's per-VM overhead and
+    # CDI's clone workers).
+    quota_headroom: Overhead = Overhead(cpu="1", memory="1Gi")
 
     @model_validator(mode="after")
     def _placed_consistently(self) -> "Preset":
         plane = self.compute_plane
-        if self.placement == "Namespace":
-            if plane is not None:
-                raise ValueError("computePlane is only for the ComputePlane placements")
-            if self.runtime == "container":
-                raise ValueError(
-                    "runtime container is only for the ComputePlane placements, where the "
-                    "plane's own virtual machines isolate it"
-                )
+        if self.placement in {"Namespace", "SandboxNamespace"}:
+            self._on_the_host()
             return self
         if self.runtime == "kubevirt":
             raise ValueError(
@@ -253,6 +251,21 @@ class Preset(Model):
                 "ComputePlane chart requires one"
             )
         return self
+
+    def _on_the_host(self) -> None:
+        if self.compute_plane is not None:
+            raise ValueError("computePlane is only for the ComputePlane placements")
+        if self.runtime == "container":
+            raise ValueError(
+                "runtime container is only for the ComputePlane placements, where the "
+                "plane's own virtual machines isolate it"
+            )
+        # KubeVirt runs VMs in Pod Security "restricted" namespaces, but not with passt.
+        if self.placement == "SandboxNamespace" and self.kubevirt.network_binding == "passt":
+            raise ValueError(
+                "kubevirt.networkBinding passt needs a privileged namespace, and a "
+                "SandboxNamespace is Pod Security restricted: use masquerade"
+            )
 
     @property
     def runtime_class(self) -> str | None:
@@ -442,6 +455,16 @@ class DiskExpansion(Model):
     cluster_provider_config: DnsSubdomain
 
 
+class SandboxNamespaces(Model):
+    """How the SandboxNamespace placement writes into the namespaces it gives sandboxes.
+
+    Every object there is a provider-kubernetes Object using this ClusterProviderConfig, whose
+    identity the install's admission policies confine to those namespaces.
+    """
+
+    cluster_provider_config: DnsSubdomain = "workspace-sandbox-namespaces"
+
+
 class SandboxPlatform(Model):
     api_version: Literal["sandbox.fn.cozystack.io/v1beta1"]
     kind: Literal["SandboxPlatform"]
@@ -454,6 +477,7 @@ class SandboxPlatform(Model):
     agent: AgentDelivery | None = None
     network: PlatformNetwork = PlatformNetwork()
     disk_expansion: DiskExpansion | None = None
+    sandbox_namespaces: SandboxNamespaces = SandboxNamespaces()
 
     @model_validator(mode="after")
     def _default_preset_offered(self) -> "SandboxPlatform":

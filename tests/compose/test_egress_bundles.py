@@ -74,7 +74,8 @@ def test_a_bundle_of_names_is_refused_where_namespaces_allow_the_internet() -> N
         "spec.network.allow[1].bundle: bundle 'package-registries' holds names "
         "(registry.npmjs.org), and names can't be enforced on this platform: its namespaces "
         "already allow all internet egress, and Cilium can only take that away by address; "
-        "use a ComputePlane preset"
+        "use a preset that gives each sandbox a namespace of its own (dedicated-plane, "
+        "isolated, isolated-kata, shared-plane)"
     )
 
 

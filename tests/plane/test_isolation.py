@@ -208,8 +208,9 @@ def test_names_are_refused_where_the_namespace_allows_the_internet_but_not_in_a_
         render(workspace({"preset": "gvisor", **NAMED}), PLATFORM, {}, NOW)
     assert str(err.value) == (
         "spec.network.allow[0].fqdn: names can't be enforced on this platform: its namespaces "
-        "already allow all internet egress, and Cilium can only take that away by address; list "
-        "the destination's addresses as cidr entries"
+        "already allow all internet egress, and Cilium can only take that away by address; use a "
+        "preset that gives each sandbox a namespace of its own (dedicated-plane, isolated, "
+        "isolated-kata, shared-plane), or list the destination's addresses as cidr entries"
     )
     out, _ = converge(SHARED, NAMED)
     cilium = inner(out, "cilium-policy")["spec"]
