@@ -51,18 +51,33 @@ def sandbox_request(
 
 
 def matches_rule(rule: Mapping[str, Any], request: Mapping[str, Any]) -> bool:
-    """Whether a policy's resourceRule covers a request ("*" covers no subresource)."""
+    """Whether a policy's resourceRule covers a request.
+
+    "*" covers every resource and no subresource, "*/*" every subresource.
+    """
     resource = request["resource"]
     sub = request.get("subResource", "")
     name = f"{resource['resource']}/{sub}" if sub else resource["resource"]
     scope = "Namespaced" if request.get("namespace") else "Cluster"
     return (
-        request["operation"] in rule["operations"]
-        and resource["group"] in rule["apiGroups"]
+        bool({request["operation"], "*"} & set(rule["operations"]))
+        and bool({resource["group"], "*"} & set(rule["apiGroups"]))
         and (resource["version"] in rule["apiVersions"] or rule["apiVersions"] == ["*"])
-        and (name in rule["resources"] or ("*" in rule["resources"] and not sub))
+        and (name in rule["resources"] or ("*" if not sub else "*/*") in rule["resources"])
         and rule.get("scope", "*") in {"*", scope}
     )
+
+
+def namespace_object(
+    request: Mapping[str, Any], labels: Mapping[str, str]
+) -> dict[str, Any] | None:
+    """The namespaceObject a policy sees: the request's namespace, none for a cluster-scoped
+    request or a Namespace itself (whose requests may name it as their namespace)."""
+    kind = request["kind"]
+    if not request.get("namespace") or (kind["group"], kind["kind"]) == ("", "Namespace"):
+        return None
+    meta = {"name": request["namespace"], "labels": dict(labels)}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
 
 
 def verdict(
@@ -90,6 +105,7 @@ def verdict(
         "oldObject": json_to_cel(old),
         "request": json_to_cel(request),
         "params": json_to_cel(None),
+        "namespaceObject": json_to_cel(namespace_object(request, labels)),
     }
     if not all(evaluate(c["expression"], activation) for c in spec.get("matchConditions", [])):
         return "exempt"

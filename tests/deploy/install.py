@@ -136,6 +136,8 @@ def composed_kinds() -> set[tuple[str, str]]:
 CROSSPLANE_NAMESPACE = CROSSPLANE.split(":")[2]
 PROVIDER_GROUPS = {"kubernetes.crossplane.io", "kubernetes.m.crossplane.io"}
 HOST_CONFIG = "workspace-sandbox-host"
+NAMESPACES_CONFIG = "workspace-sandbox-namespaces"
+MARKER = "sandbox.cozystack.io/tenant-namespace"
 PROVIDER = "system:serviceaccount:crossplane-system:provider-kubernetes"
 
 

@@ -1,6 +1,15 @@
 """Crossplane's RBAC in deploy/: exactly the kinds the function composes."""
 
-from tests.deploy.install import ALL, CROSSPLANE, PLURALS, composed_kinds, documents, find, grants
+from tests.deploy.install import (
+    ALL,
+    CROSSPLANE,
+    PLURALS,
+    composed_kinds,
+    documents,
+    find,
+    grants,
+    provider_account,
+)
 from tests.support import (
     platform_input,
 )
@@ -28,7 +37,9 @@ def catalog_namespaces() -> set[str]:
     return {src["namespace"] for image in images for src in image.get("kubevirt", {}).values()}
 
 
-def test_crossplane_may_clone_from_the_catalog_namespaces_only() -> None:
+def test_crossplane_and_the_provider_may_clone_from_the_catalog_namespaces_only() -> None:
+    # Crossplane creates a DataVolume in the tenant's namespace, provider-kubernetes in a sandbox
+    # namespace (SandboxNamespace placement): CDI asks about whoever creates it.
     role = find("ClusterRole", "function-workspace-sandbox:clone-golden-images")
     assert role["rules"] == [
         {"apiGroups": ["cdi.kubevirt.io"], "resources": ["datavolumes/source"], "verbs": ["create"]}
@@ -42,5 +53,8 @@ def test_crossplane_may_clone_from_the_catalog_namespaces_only() -> None:
     assert {b["kind"] for b in bindings} == {"RoleBinding"}
     assert {b["metadata"]["namespace"] for b in bindings} == catalog_namespaces() == {"cozy-public"}
     for binding in bindings:
-        (subject,) = binding["subjects"]
-        assert f"system:serviceaccount:{subject['namespace']}:{subject['name']}" == CROSSPLANE
+        assert {s["kind"] for s in binding["subjects"]} == {"ServiceAccount"}
+        accounts = [
+            f"system:serviceaccount:{s['namespace']}:{s['name']}" for s in binding["subjects"]
+        ]
+        assert sorted(accounts) == [CROSSPLANE, provider_account()]
