@@ -171,6 +171,7 @@ CONTRACT = {
     ("", "limitranges"),
     ("", "serviceaccounts"),
     ("", "services"),
+    ("", "persistentvolumeclaims"),
     ("cilium.io", "ciliumnetworkpolicies"),
     ("networking.k8s.io", "networkpolicies"),
     ("cdi.kubevirt.io", "datavolumes"),
