@@ -104,11 +104,15 @@ def in_sandbox_namespace(
     used = (CILIUM_KEY, KUBERNETES_KEY, KEY)
     resources |= usages(ws, resources, [(k, runs.key) for k in used])
     waiting = None
+    placing = f"placing the sandbox into its namespace {namespace!r}"
     if runs.key not in resources:
         held = sorted(k for k in resources if k in ready and not clears_stage(k, observed, ready))
         shown = ", ".join(held) or "the namespace"
-        message = f"placing the sandbox into its namespace {namespace!r}: waiting for {shown}"
-        waiting = Waiting("Provisioning", REASON, message)
+        waiting = Waiting("Provisioning", REASON, f"{placing}: waiting for {shown}")
+    elif runs.key not in observed:
+        # Placed, not yet applied: still provisioning, not back to Pending.
+        kind = parts[runs.key]["kind"]
+        waiting = Waiting("Provisioning", REASON, f"{placing}: creating the {kind}")
     return Placement(
         resources=resources,
         runs=runs,
