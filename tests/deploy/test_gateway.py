@@ -255,7 +255,14 @@ def test_the_shipped_templates_load(tmp_path: Path) -> None:
     (name,) = find("ConfigMap")["data"]
     path = tmp_path / name
     path.write_text(find("ConfigMap")["data"][name])
-    assert "base" in templates.load(path)
+    shipped = templates.load(path)
+    assert {"base", "isolated"} <= set(shipped)
+    # Each names what the shipped SandboxPlatform offers.
+    for template in shipped.values():
+        assert template.image in PLATFORM.images
+        assert template.preset is None or template.preset in PLATFORM.presets
+    assert shipped["isolated"].preset == "isolated-kata"
+    assert PLATFORM.presets["isolated-kata"].placement == "SandboxNamespace"
 
 
 def test_ports_agree() -> None:
