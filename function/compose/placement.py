@@ -14,6 +14,7 @@ from, what is still awaited, and which resources Crossplane must fetch.
 """
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from function.compose import kubernetes_object, plane, snapshots, workloads, workspace_claim
 from function.compose.disk_size import never_shrinks, resize_warnings
@@ -206,12 +207,19 @@ def _namespace(ws: WorkspaceSandbox) -> Manifest:
 def _quota(ws: WorkspaceSandbox, preset: Preset, size: Size) -> Manifest:
     """Room for exactly this sandbox: one pod of its size, one claim, one ClusterIP Service."""
     limits = container_resources(preset, size)["limits"]
+    compute = {f"{kind}.{k}": v for kind in ("requests", "limits") for k, v in limits.items()}
+    return namespace_quota(ws, compute, claims=1, disk=size.disk, pods=1)
+
+
+def namespace_quota(
+    ws: WorkspaceSandbox, compute: dict[str, str], *, claims: int, disk: Decimal, pods: int
+) -> Manifest:
+    """A sandbox namespace's ResourceQuota: `compute`, storage, and one ClusterIP Service."""
     hard = {
-        **{f"requests.{k}": v for k, v in limits.items()},
-        **{f"limits.{k}": v for k, v in limits.items()},
-        "requests.storage": format_bytes(size.disk),
-        "persistentvolumeclaims": "1",
-        "pods": "1",
+        **compute,
+        "requests.storage": format_bytes(disk),
+        "persistentvolumeclaims": str(claims),
+        "pods": str(pods),
         "services": "1",
         "services.loadbalancers": "0",
         "services.nodeports": "0",
@@ -225,22 +233,32 @@ def _quota(ws: WorkspaceSandbox, preset: Preset, size: Size) -> Manifest:
 
 
 def _limits(ws: WorkspaceSandbox, preset: Preset, size: Size) -> Manifest:
-    limits = container_resources(preset, size)["limits"]
+    return namespace_limits(ws, container_resources(preset, size)["limits"], size.disk)
+
+
+def namespace_limits(
+    ws: WorkspaceSandbox, container: dict[str, str] | None, disk: Decimal
+) -> Manifest:
+    """A sandbox namespace's LimitRange: claims no bigger than `disk`, containers at `container`.
+
+    None: no bound on containers.
+    """
+    limits: list[Manifest] = []
+    if container is not None:
+        limits.append(
+            {
+                "type": "Container",
+                "default": container,
+                "defaultRequest": dict(container),
+                "max": dict(container),
+            }
+        )
+    limits.append({"type": "PersistentVolumeClaim", "max": {"storage": format_bytes(disk)}})
     return {
         "apiVersion": "v1",
         "kind": "LimitRange",
         "metadata": {"name": "sandbox", "labels": labels(ws)},
-        "spec": {
-            "limits": [
-                {
-                    "type": "Container",
-                    "default": limits,
-                    "defaultRequest": dict(limits),
-                    "max": dict(limits),
-                },
-                {"type": "PersistentVolumeClaim", "max": {"storage": format_bytes(size.disk)}},
-            ]
-        },
+        "spec": {"limits": limits},
     }
 
 

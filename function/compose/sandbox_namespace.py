@@ -27,6 +27,8 @@ from function.compose.placement import (
     Placement,
     clears_stage,
     inside_platform,
+    namespace_limits,
+    namespace_quota,
     short_grace,
     staged,
 )
@@ -195,21 +197,7 @@ def quota(ws: WorkspaceSandbox, preset: Preset, sized: Size) -> Manifest:
         }
         compute = {f"{k}.{r}": v for k in ("requests", "limits") for r, v in amounts.items()}
         claims, disks, pods = 1, sized.disk, 1
-    hard = {
-        **compute,
-        "requests.storage": format_bytes(disks),
-        "persistentvolumeclaims": str(claims),
-        "pods": str(pods),
-        "services": "1",
-        "services.loadbalancers": "0",
-        "services.nodeports": "0",
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "ResourceQuota",
-        "metadata": {"name": "sandbox", "labels": labels(ws)},
-        "spec": {"hard": dict(sorted(hard.items()))},
-    }
+    return namespace_quota(ws, compute, claims=claims, disk=disks, pods=pods)
 
 
 def _limits(ws: WorkspaceSandbox, preset: Preset, sized: Size) -> Manifest:
@@ -218,26 +206,8 @@ def _limits(ws: WorkspaceSandbox, preset: Preset, sized: Size) -> Manifest:
     A VM's pod sizes itself (the guest plus KubeVirt's overhead), so its containers get no
     default or maximum here: either would cut the guest's memory short.
     """
-    claim: Manifest = {
-        "type": "PersistentVolumeClaim",
-        "max": {"storage": format_bytes(sized.disk)},
-    }
-    limits: list[Manifest] = [claim]
-    if preset.runtime != "kubevirt":
-        pod = container_resources(preset, sized)["limits"]
-        container = {
-            "type": "Container",
-            "default": pod,
-            "defaultRequest": dict(pod),
-            "max": dict(pod),
-        }
-        limits = [container, claim]
-    return {
-        "apiVersion": "v1",
-        "kind": "LimitRange",
-        "metadata": {"name": "sandbox", "labels": labels(ws)},
-        "spec": {"limits": limits},
-    }
+    pod = None if preset.runtime == "kubevirt" else container_resources(preset, sized)["limits"]
+    return namespace_limits(ws, pod, sized.disk)
 
 
 def _retarget(growth: Manifest, namespace: str, ref: dict[str, str]) -> Manifest:
