@@ -32,7 +32,7 @@ from function.compose.placement import (
     short_grace,
     staged,
 )
-from function.compose.plane_guards import GRACE_SECONDS, usages
+from function.compose.plane_guards import usages
 from function.compose.pod import container_resources
 from function.compose.readiness import is_ready
 from function.compose.service import KEY as SERVICE_KEY
@@ -225,4 +225,3 @@ def _retarget(growth: Manifest, namespace: str, ref: dict[str, str]) -> Manifest
     }
 
 
-__all__ = ["GRACE_SECONDS", "KEY", "TENANT_LABEL", "in_sandbox_namespace", "namespace", "quota"]
