@@ -223,5 +223,3 @@ def _retarget(growth: Manifest, namespace: str, ref: dict[str, str]) -> Manifest
             "providerConfigRef": ref,
         },
     }
-
-
