@@ -15,6 +15,7 @@ from typing import Any
 
 from function.compose.names import labels, object_name
 from function.compose.observed import dig
+from function.compose.readiness import DISK_READY_PHASES
 from function.model import Manifest, Observed
 from function.model.spec import WorkspaceSandbox
 
@@ -49,9 +50,26 @@ def condition_query(kind: str) -> str:
     )
 
 
+# A VM and its disk in a sandbox's own namespace. Until an Object is Ready the provider reads
+# its object every 30 s (10 minutes once Ready), and the sandbox's status is read from there:
+# judging these by their state, not their creation, keeps a boot or a stop in view.
+VM_STOPPED = (
+    "has(object.status) && has(object.status.printableStatus) && "
+    "object.status.printableStatus == 'Stopped'"
+)
+VM_RUNNING = "has(object.status) && has(object.status.ready) && object.status.ready"
+DISK_READY = "has(object.status) && has(object.status.phase) && object.status.phase in " + str(
+    sorted(DISK_READY_PHASES)
+).replace('"', "'")
+
+
 def ready_query(manifest: Manifest) -> str | None:
     """How the provider should judge the wrapped object ready; None: once it exists."""
     kind = manifest.get("kind", "")
+    if kind == "VirtualMachine":
+        return VM_STOPPED if manifest["spec"]["runStrategy"] == "Halted" else VM_RUNNING
+    if kind == "DataVolume":
+        return DISK_READY
     if kind == "StatefulSet":
         return STATEFULSET_STOPPED if manifest["spec"]["replicas"] == 0 else STATEFULSET_RUNNING
     if kind == "Sandbox":
