@@ -156,3 +156,46 @@ def test_the_workload_outlives_neither_its_policies_nor_its_namespace(preset: st
             assert m["apiVersion"] == USAGE_API
             assert m["spec"]["of"]["apiVersion"] == m["spec"]["by"]["apiVersion"] == OBJECT_API
             assert m["spec"]["replayDeletion"] is True
+
+
+NO_EXPOSURE = {"services": "1", "services.loadbalancers": "0", "services.nodeports": "0"}
+
+
+@pytest.mark.parametrize(
+    ("preset", "hard"),
+    [
+        pytest.param(
+            ISOLATED,
+            {
+                # The VM (2 CPU, 4Gi) twice for a live migration, plus the preset's headroom;
+                # CDI's clone fills the disk through a second claim, beside a worker pod.
+                "requests.cpu": "5",
+                "requests.memory": "9Gi",
+                "requests.storage": "40Gi",
+                "persistentvolumeclaims": "2",
+                "pods": "3",
+                **NO_EXPOSURE,
+            },
+            id="kubevirt",
+        ),
+        pytest.param(
+            ISOLATED_KATA,
+            {
+                # The pod, its RuntimeClass overhead (250m, 320Mi) and the headroom.
+                **{f"{k}.cpu": "2750m" for k in ("requests", "limits")},
+                **{f"{k}.memory": "4928Mi" for k in ("requests", "limits")},
+                **{f"{k}.ephemeral-storage": "2Gi" for k in ("requests", "limits")},
+                "requests.storage": "20Gi",
+                "persistentvolumeclaims": "1",
+                "pods": "1",
+                **NO_EXPOSURE,
+            },
+            id="kata",
+        ),
+    ],
+)
+def test_the_quota_holds_one_sandbox_and_exposes_nothing(preset: str, hard: dict[str, str]) -> None:
+    out, _ = converge(preset)
+    assert carried(out, "namespace-quota")["spec"] == {"hard": dict(sorted(hard.items()))}
+    limits = carried(out, "namespace-limits")["spec"]["limits"]
+    assert {"type": "PersistentVolumeClaim", "max": {"storage": "20Gi"}} in limits
