@@ -2,7 +2,9 @@
 
 Platform engineers audit a destination the way the tests do: the rendered policies, the
 platform guard and Cozystack's tenant baseline, evaluated over a modelled Cozystack cluster in
-which the sandbox takes the place of a pod with its identity labels.
+which the sandbox takes the place of a pod with its identity labels. A sandbox in a namespace
+of its own (placement SandboxNamespace) is judged there: by what its Objects carry and the
+host's guard, with no tenant baseline, beside its tenant's other workloads.
 """
 
 from dataclasses import dataclass, replace
@@ -12,7 +14,13 @@ from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.compose.cilium_policy import CCNP, CNP
 from function.compose.guard import guard_policy
-from function.compose.names import SANDBOX_KEY, STATEFULSET_KEY, VM_KEY, WORKSPACE_LABEL
+from function.compose.names import (
+    SANDBOX_KEY,
+    SANDBOX_NAMESPACE_KEY,
+    STATEFULSET_KEY,
+    VM_KEY,
+    WORKSPACE_LABEL,
+)
 from function.compose.observed import dig
 from function.model.platform import SandboxPlatform
 from function.offline import plain
@@ -71,6 +79,9 @@ class Audit:
     notes: list[str]
     agent_port: int
     """The port callers try when no port is named: the platform's `gateway.agentPort`."""
+    neighbours: str = ""
+    """Where the tenant's other sandbox sits: the sandbox's namespace unless it has one of its
+    own."""
 
 
 def audit(
@@ -85,9 +96,19 @@ def audit(
     # A protobuf map's order changes from one process to the next; when two policies allow a
     # flow, the first one is named, so read them in composition-resource-name order.
     desired = {k: plain(to_dict(r.resource)) for k, r in sorted(rsp.desired.resources.items())}
-    plane = dig(plain(to_dict(rsp.desired.composite.resource)), "status", "computePlane")
+    status = dig(plain(to_dict(rsp.desired.composite.resource)), "status") or {}
+    plane, own = status.get("computePlane"), status.get("sandboxNamespace")
+    tenant = namespace
     notes = []
-    if plane is not None:
+    own_labels: dict[str, str] = {}
+    if own is not None:
+        # In a namespace of its own on the host: what the Objects carry, under the host's
+        # guard, with no tenant baseline there.
+        desired = {k: _carried(m) for k, m in desired.items() if m.get("kind") == "Object"}
+        namespace, baseline = str(own), False
+        own_labels = dict(dig(desired.get(SANDBOX_NAMESPACE_KEY), "metadata", "labels") or {})
+        notes.append(f"in its own namespace {namespace!r}: no tenant baseline")
+    elif plane is not None:
         # Inside a ComputePlane: what the Objects carry (the plane's guard among it), in the
         # sandbox's own namespace there, with neither the host's guard nor a tenant baseline.
         # What is composed on the host (the policy on the plane's workers) is not in the plane.
@@ -102,7 +123,9 @@ def audit(
     ] + [m for m in desired.values() if m.get("kind") == CCNP]
     if plane is None:
         policies.append(guard_policy(platform))
-    elif not any(m["kind"] in POLICY_KINDS for m in policies):
+    if own is not None and not any(m["kind"] in POLICY_KINDS for m in policies):
+        raise LookupError(f"nothing is placed in namespace {own!r} yet; give --observed")
+    if plane is not None and not any(m["kind"] in POLICY_KINDS for m in policies):
         why = f"nothing is placed in ComputePlane {plane!r} yet; give --observed and --required"
         raise LookupError(why)
     if baseline:
@@ -112,17 +135,22 @@ def audit(
             notes.append(f"no Cozystack baseline: {err}")
     labels = _pod_labels(desired)
     env = cozystack_environment()
-    others = tuple(w for w in env.workloads if (w.namespace, w.name) != (namespace, name))
+    # The sandbox replaces any pod the model has of its name, wherever it now sits.
+    here = {(namespace, name), (tenant, name)}
+    others = tuple(w for w in env.workloads if (w.namespace, w.name) not in here)
     sandbox = Workload(name, namespace, labels, SANDBOX_IPS, "node-1")
+    neighbours = tenant if own is not None else namespace
     neighbour_labels = {WORKSPACE_LABEL: "neighbour", "kubevirt.io": "virt-launcher"}
-    neighbour = Workload("neighbour", namespace, neighbour_labels, NEIGHBOUR_IPS, "node-2")
+    neighbour = Workload("neighbour", neighbours, neighbour_labels, NEIGHBOUR_IPS, "node-2")
     workloads = (*others, sandbox, neighbour)
+    namespaces = {**env.namespace_labels, namespace: own_labels} if own_labels else None
     return Audit(
         policies,
-        replace(env, workloads=workloads),
+        replace(env, workloads=workloads, namespace_labels=namespaces or env.namespace_labels),
         f"{namespace}/{name}",
         notes,
         platform.gateway.agent_port,
+        neighbours,
     )
 
 
@@ -159,7 +187,7 @@ def flows(
         return [Flow(sandbox, to, port, protocol)]
     if source is not None:
         return [Flow(source, sandbox, port, protocol)]
-    namespace = sandbox.partition("/")[0]
+    namespace = found.neighbours or sandbox.partition("/")[0]
     out = [Flow(sandbox, d.format(namespace=namespace), p, proto) for d, p, proto in AUDIT]
     callers = [c.format(namespace=namespace) for c in CALLERS]
     return out + [Flow(c, sandbox, port or found.agent_port) for c in callers]
