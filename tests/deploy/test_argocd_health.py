@@ -561,6 +561,7 @@ AS_RENDERED = {
     "suspended": "Suspended",
     "dedicated-plane": "Healthy",
     "shared-plane": "Progressing",
+    "isolated": "Healthy",
 }
 
 
