@@ -260,11 +260,19 @@ class Preset(Model):
                 "runtime container is only for the ComputePlane placements, where the "
                 "plane's own virtual machines isolate it"
             )
+        if self.placement != "SandboxNamespace":
+            return
         # KubeVirt runs VMs in Pod Security "restricted" namespaces, but not with passt.
-        if self.placement == "SandboxNamespace" and self.kubevirt.network_binding == "passt":
+        if self.kubevirt.network_binding == "passt":
             raise ValueError(
                 "kubevirt.networkBinding passt needs a privileged namespace, and a "
                 "SandboxNamespace is Pod Security restricted: use masquerade"
+            )
+        # The namespace's quota is sized from the sandbox's size, which an instancetype overrides.
+        if self.runtime == "kubevirt" and self.kubevirt.instancetype is not None:
+            raise ValueError(
+                "kubevirt.instancetype sizes the VM past the sandbox's resources, which size a "
+                "SandboxNamespace's quota: leave it unset and set resources instead"
             )
 
     @property

@@ -133,6 +133,22 @@ def test_a_sandbox_namespace_preset_with_passt_is_refused() -> None:
     assert platform(presets={**presets, "standard": standard}).presets["standard"]
 
 
+def test_a_sandbox_namespace_preset_with_an_instancetype_is_refused() -> None:
+    presets = platform_input()["presets"]
+    sized = {"kind": "VirtualMachineClusterInstancetype", "name": "u1.xlarge"}
+    typed = {
+        **presets[ISOLATED],
+        "kubevirt": {**presets[ISOLATED]["kubevirt"], "instancetype": sized},
+    }
+    with pytest.raises(FieldError) as err:
+        platform(presets={**presets, ISOLATED: typed})
+    assert err.value.path.startswith(f"input.presets.{ISOLATED}")
+    assert "kubevirt.instancetype sizes the VM past the sandbox's resources" in err.value.message
+    # In the tenant's namespace no quota of the function's is sized from it.
+    standard = {**presets["standard"], "kubevirt": typed["kubevirt"]}
+    assert platform(presets={**presets, "standard": standard}).presets["standard"]
+
+
 def test_a_grown_disk_is_patched_in_the_sandbox_namespace_through_its_config() -> None:
     spec: dict[str, Any] = {"resources": {"disk": "20Gi"}}
     _, observed = converge(ISOLATED, spec)
