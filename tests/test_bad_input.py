@@ -652,6 +652,34 @@ def _standard(**changes: Any) -> dict[str, Any]:
             id="default-over-max",
         ),
         pytest.param(
+            _input(**_standard(placement="Elsewhere")),
+            "input.presets.standard.placement: Input should be 'Namespace', 'SandboxNamespace', "
+            "'SharedComputePlane' or 'DedicatedComputePlane'",
+            id="unknown-placement",
+        ),
+        pytest.param(
+            _input(**_standard(placement="SandboxNamespace", runtime="container")),
+            "input.presets.standard: runtime container is only for the ComputePlane placements, "
+            "where the plane's own virtual machines isolate it",
+            id="container-in-a-sandbox-namespace",
+        ),
+        pytest.param(
+            _input(
+                **_standard(
+                    placement="SandboxNamespace", quotaHeadroom={"cpu": "-1", "memory": "1Gi"}
+                )
+            ),
+            "input.presets.standard.quotaHeadroom.cpu: '-1' is not a quantity; write it like "
+            "'2', '500m' or '4Gi'",
+            id="negative-quota-headroom",
+        ),
+        pytest.param(
+            _input(sandboxNamespaces={"clusterProviderConfig": "Sandbox_Host"}),
+            "input.sandboxNamespaces.clusterProviderConfig: 'Sandbox_Host' must be lowercase "
+            "letters, digits, '-' and '.', starting and ending with a letter or digit",
+            id="sandbox-namespaces-config-not-a-name",
+        ),
+        pytest.param(
             _input(gateway={"namespace": "gw", "podLabels": {}}),
             "input.gateway.podLabels: Dictionary should have at least 1 item after validation, not 0",
             id="gateway-without-labels",
