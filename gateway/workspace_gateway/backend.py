@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class State(StrEnum):
@@ -28,6 +28,9 @@ class NewSandbox:
     metadata: dict[str, str] = field(default_factory=dict)
     env_vars: dict[str, str] = field(default_factory=dict)
     auto_pause: bool = False
+    network: dict[str, Any] | None = None
+    """The WorkspaceSandbox's `spec.network` the caller's egress settings stand for; None: the
+    template's (the internet)."""
 
 
 @dataclass(frozen=True)

@@ -142,6 +142,8 @@ def _callers(
     spec: dict[str, Any] = {"power": "Running"}
     if request.auto_pause:
         spec["lifetime"] = {"suspendAt": rfc3339(end_at)}
+    if request.network is not None:
+        spec["network"] = request.network
     annotations = {
         TEMPLATE: request.template,
         STARTED: now.astimezone(UTC).isoformat(),
@@ -221,6 +223,30 @@ def handout_patch(
 def _condition(obj: Mapping[str, Any], kind: str) -> bool:
     conditions = (obj.get("status") or {}).get("conditions") or []
     return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
+
+
+# How Crossplane reports a FATAL result of the function on the XR (its Synced condition):
+# crossplane/crossplane internal/controller/apiextensions/composite, errFmtFatalResult.
+FATAL = re.compile(r'pipeline step "[^"]*" returned a fatal result: (.+)', re.DOTALL)
+
+
+def refusal_of(obj: Mapping[str, Any]) -> str | None:
+    """What the function said when it refused the sandbox (bad input); None if it hasn't.
+
+    Such a sandbox never becomes ready until its spec changes, so a caller waiting for it is
+    told at once, with the field the function names. A condition from before the spec's last
+    change (its observedGeneration behind) says nothing of the spec as it is.
+    """
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    generation = (obj.get("metadata") or {}).get("generation")
+    for c in conditions:
+        seen = c.get("observedGeneration")
+        stale = isinstance(seen, int) and isinstance(generation, int) and seen < generation
+        if c.get("type") == "Synced" and c.get("status") == "False" and not stale:
+            found = FATAL.search(str(c.get("message") or ""))
+            if found:
+                return found.group(1)[:MAX_MESSAGE]
+    return None
 
 
 def is_paused(obj: Mapping[str, Any]) -> bool:
@@ -355,7 +381,10 @@ class KubernetesBackend:
             raise GatewayError(404, f"template {request.template!r} not found")
         began = asyncio.get_running_loop().time()
         pooled = template.pool.size > 0
-        sandbox = await self._from_pool(namespace, request) if pooled else None
+        # A member was made with the template's network; one that asks for less is made cold,
+        # so it never runs a moment with more than it asked for.
+        fits = request.network is None
+        sandbox = await self._from_pool(namespace, request) if pooled and fits else None
         hit = sandbox is not None
         if sandbox is None:
             sandbox = await self._cold(namespace, request, template)
@@ -743,6 +772,8 @@ class KubernetesBackend:
         obj = fit(first if first is not None else self.cache.get(key))
         stale_at = loop.time() + RECHECK_SECONDS
         while (now := loop.time()) < deadline:
+            if obj is not None and (why := refusal_of(obj)) is not None:
+                raise GatewayError(400, f"the platform refused the sandbox: {why}")
             url = agent_url(obj, self.settings.agent_port) if obj is not None else None
             if obj is not None and url is not None:
                 version = await self._health(url)

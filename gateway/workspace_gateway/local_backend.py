@@ -130,6 +130,11 @@ class LocalBackend:
 
         Where a pool is kept, hit or miss goes to the audit line and the metrics.
         """
+        if request.network is not None:
+            # Local sandboxes are processes on this machine: nothing here limits their egress.
+            raise GatewayError(
+                400, "egress restrictions (network, allow_internet_access) need --kubernetes"
+            )
         arrived = time.monotonic()
         key = (namespace, request.template)
         sandbox = None

@@ -78,6 +78,8 @@ class Platform:
         self.roots: dict[tuple[str, str], Path] = {}
         self.hosts = iter(range(2, 250))
         self.delay = 0.0
+        self.judge: Callable[[dict[str, Any]], str | None] = lambda _: None
+        """What the function says of a sandbox it refuses (its FATAL message); None: nothing."""
         """Seconds a sandbox waits, from when it is first seen, before it is marked Ready."""
         self.seen: dict[tuple[str, str], float] = {}
 
@@ -94,6 +96,20 @@ class Platform:
         where = (key[1], key[2])
         first = self.seen.setdefault(where, asyncio.get_running_loop().time())
         if asyncio.get_running_loop().time() - first < self.delay:
+            return
+        refused = self.judge(obj)
+        if refused is not None:
+            # As Crossplane reports a FATAL result: Synced False, nothing composed, no phase.
+            if not (obj.get("status") or {}).get("conditions"):
+                synced = {
+                    "type": "Synced",
+                    "status": "False",
+                    "reason": "ReconcileError",
+                    "message": "cannot compose resources: pipeline step "
+                    f'"workspace-sandbox" returned a fatal result: {refused}',
+                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                }
+                self._status(key, {"conditions": [synced]})
             return
         if running and phase != "Running":
             # A status lost to a whole-object write must not leave the old agent running.

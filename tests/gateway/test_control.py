@@ -108,10 +108,10 @@ def test_create_requests_are_checked() -> None:
     )
     assert new_sandbox({"timeout": 10, "autoPause": True, "secure": True}).auto_pause
     refused = {
-        '{"network": {}}': "'network' is not offered by this gateway",
+        '{"network": {"maskRequestHost": "x"}}': "'network.maskRequestHost' is not offered by this gateway",
         '{"mcp": {"x": 1}}': "'mcp' is not offered by this gateway",
         '{"volumeMounts": []}': "'volumeMounts' is not offered by this gateway",
-        '{"allow_internet_access": false}': "'allow_internet_access: false' is not offered by this gateway",
+        '{"allow_internet_access": 0}': "allow_internet_access must be true or false",
         '{"autoResume": {"enabled": true}}': "'autoResume' is not offered by this gateway",
         '{"timeout": -1}': f"timeout must be a whole number of seconds from 0 to {MAX_TIMEOUT}",
         f'{{"timeout": {MAX_TIMEOUT + 1}}}': f"timeout must be a whole number of seconds from 0 to {MAX_TIMEOUT}",

@@ -547,3 +547,22 @@ def test_only_namespaces_in_use_get_pools() -> None:
     old = member("o", now - timedelta(hours=30))
     old["metadata"]["namespace"] = "idle"
     assert pooled_namespaces([sandbox, fresh, old], now) == {"used", "pooled"}
+
+
+async def test_a_create_that_restricts_egress_is_never_a_member(tmp_path: Path) -> None:
+    """A member runs with its template's network; one asked for with less is made cold."""
+    async with two_replicas(tmp_path, {"base": pooled(1)}, replicas=1) as world:
+        await world.replicas[0].call("POST", "/sandboxes", json={})  # kept: the namespace's use
+        await world.refill()
+        (member,) = world.ready()
+        made = await world.replicas[0].call(
+            "POST", "/sandboxes", json={"allow_internet_access": False}
+        )
+        assert made.status_code == 201, made.text
+        sandbox_id = made.json()["sandboxID"]
+        assert sandbox_id != member
+        assert world.cluster.objects[PLURAL, NS, sandbox_id]["spec"]["network"] == {
+            "egress": "None"
+        }
+        assert world.ready() == [member]
+        assert "network" not in world.cluster.objects[PLURAL, NS, member]["spec"]

@@ -8,8 +8,9 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -20,21 +21,35 @@ from workspace_gateway import proxy
 from workspace_gateway.app import build_app
 from workspace_gateway.keys import StaticKeys
 from workspace_gateway.kubernetes_backend import PLURAL, KubernetesBackend, Settings
+from workspace_gateway.templates import Template
 
 from tests.gateway import kube_fake
 from tests.gateway.stand_in import BASE, KEY_A, KEY_B, SEED, Platform, free_port
 
+Judge = Callable[[dict[str, Any]], str | None]
 
-@pytest.fixture
-def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[kube_fake.Cluster]:
+
+@contextlib.contextmanager
+def serving(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    templates: dict[str, Template] | None = None,
+    judge: Judge | None = None,
+) -> Iterator[kube_fake.Cluster]:
+    """The gateway on a loopback port, the SDK pointed at it; `judge` stands for the function."""
     port = free_port()
     servers: list[uvicorn.Server] = []
 
     async def serve(cluster: kube_fake.Cluster, kubeconfig: Path) -> None:
         api = config.new_client_from_config(config_file=str(kubeconfig))
         platform = Platform(cluster, tmp_path)
+        if judge is not None:
+            platform.judge = judge
         settings = Settings(
-            templates={"base": BASE}, seed=SEED, agent_port=platform.port, workdir="."
+            templates=templates or {"base": BASE},
+            seed=SEED,
+            agent_port=platform.port,
+            workdir=".",
         )
         backend = KubernetesBackend(client.CustomObjectsApi(api), settings, httpx.AsyncClient())
         http = proxy.client()
@@ -74,6 +89,12 @@ def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[kube_fa
         finally:
             servers[0].should_exit = True
             thread.join(timeout=30)
+
+
+@pytest.fixture
+def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[kube_fake.Cluster]:
+    with serving(tmp_path, monkeypatch) as cluster:
+        yield cluster
 
 
 def test_the_sdk_cycle_on_workspace_sandboxes(gateway: kube_fake.Cluster) -> None:

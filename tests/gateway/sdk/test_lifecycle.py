@@ -130,13 +130,25 @@ def test_metrics_are_an_empty_list(sandbox: Sandbox) -> None:
 
 
 def test_unoffered_features_are_refused_clearly(gateway_url: str, key: str) -> None:
-    answer = httpx.post(
-        gateway_url + "/v2/sandboxes",
-        json={"templateID": "base", "network": {"allowOut": ["1.1.1.1"]}},
-        headers={"X-API-Key": key},
-    )
-    assert answer.status_code == 400
-    assert answer.json() == {"code": 400, "message": "'network' is not offered by this gateway"}
+    refused = {
+        "network": {"egressProxy": {"address": "proxy.example.com:1080"}},
+        "allow_internet_access": False,
+    }
+    messages = {
+        "network": "'network.egressProxy' is not offered by this gateway",
+        # Local sandboxes are processes of this machine: nothing limits their egress.
+        "allow_internet_access": (
+            "egress restrictions (network, allow_internet_access) need --kubernetes"
+        ),
+    }
+    for name, value in refused.items():
+        answer = httpx.post(
+            gateway_url + "/v2/sandboxes",
+            json={"templateID": "base", name: value},
+            headers={"X-API-Key": key},
+        )
+        assert answer.status_code == 400, name
+        assert answer.json() == {"code": 400, "message": messages[name]}
 
 
 def test_a_sandbox_that_asked_to_pause_at_its_end_time_pauses() -> None:
