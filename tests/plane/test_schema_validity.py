@@ -25,7 +25,7 @@ from tests.plane.provider import (
     pod_spec,
 )
 from tests.pod_security import all_violations
-from tests.schemas import crds_root, validate
+from tests.schemas import composed_errors, crds_root, validate
 from tests.support import (
     AGENT_IMAGE,
     AGENT_PLATFORM,
@@ -87,15 +87,10 @@ def plane_values_errors(values: Mapping[str, Any]) -> list[str]:
 
 
 def schema_errors(out: Rendered) -> dict[str, list[str]]:
-    errors: dict[str, list[str]] = {}
+    errors = composed_errors(out.resources, NAMESPACE)
     for key, m in out.resources.items():
-        found = validate({**m, "metadata": {**m["metadata"], "namespace": NAMESPACE}})
-        if m["kind"] == "ComputePlane":
-            found += [f"values: {e}" for e in plane_values_errors(m["spec"])]
-        if m["kind"] == "Object":
-            found += [f"manifest: {e}" for e in validate(m["spec"]["forProvider"]["manifest"])]
-        if found:
-            errors[key] = found
+        if m["kind"] == "ComputePlane" and (values := plane_values_errors(m["spec"])):
+            errors[key] = [*errors.get(key, []), *(f"values: {e}" for e in values)]
     return errors
 
 

@@ -19,7 +19,7 @@ from tests.sandbox_namespace.world import (
     objects,
     steps,
 )
-from tests.schemas import validate, validate_xrd_object
+from tests.schemas import composed_errors, validate, validate_xrd_object
 from tests.support import NAMESPACE, ROOT, workspace, xr
 
 XRD = yaml.safe_load((ROOT / "apis" / "workspacesandbox" / "definition.yaml").read_text())
@@ -48,14 +48,7 @@ SPECS = [
 
 
 def schema_errors(out: Rendered) -> dict[str, list[str]]:
-    errors: dict[str, list[str]] = {}
-    for key, m in out.resources.items():
-        found = validate({**m, "metadata": {**m["metadata"], "namespace": NAMESPACE}})
-        if m["kind"] == "Object":
-            found += [f"manifest: {e}" for e in validate(carried(out, key))]
-        if found:
-            errors[key] = found
-    return errors
+    return composed_errors(out.resources, NAMESPACE)
 
 
 def _pod_spec(out: Rendered, preset: str) -> dict[str, Any]:

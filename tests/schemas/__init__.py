@@ -71,6 +71,7 @@ __all__ = [
     "app_schema",
     "apply_defaults",
     "compile_rule",
+    "composed_errors",
     "crd_schema",
     "crds_root",
     "generated_xr_schema",
@@ -97,6 +98,21 @@ def validate(manifest: Mapping[str, Any]) -> list[str]:
     except LookupError as exc:
         return [f"{ROOT}: no schema for apiVersion={api_version} kind={kind}: {exc.args[0]}"]
     return validate_against(schema, manifest)
+
+
+def composed_errors(
+    resources: Mapping[str, Mapping[str, Any]], namespace: str
+) -> dict[str, list[str]]:
+    """Each composed resource's errors, as applied in `namespace`, a provider-kubernetes
+    Object's with those of the manifest it carries; only resources that have any."""
+    errors: dict[str, list[str]] = {}
+    for key, m in resources.items():
+        found = validate({**m, "metadata": {**m["metadata"], "namespace": namespace}})
+        if m["kind"] == "Object":
+            found += [f"manifest: {e}" for e in validate(m["spec"]["forProvider"]["manifest"])]
+        if found:
+            errors[key] = found
+    return errors
 
 
 COZYSTACK_APPS = "apps.cozystack.io"
