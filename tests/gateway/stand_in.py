@@ -1,4 +1,5 @@
-"""The stand-in platform and a gateway over the fake API server, shared by the gateway's tests.
+"""The stand-in platform and a gateway over the fake API server, shared by the gateway's tests:
+in process (`world`), or on a loopback port for the SDK (`serving`).
 
 A small controller stands in for the platform: it marks a Running WorkspaceSandbox Ready with
 `status.endpoint` at a real local agent, and a Suspended one Suspended, so create and connect
@@ -17,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -25,8 +26,10 @@ from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 import yaml
 from kubernetes import client, config
+from workspace_gateway import proxy
 from workspace_gateway.app import build_app
 from workspace_gateway.keys import StaticKeys, new_key
 from workspace_gateway.kubernetes_backend import PLURAL, KubernetesBackend, Settings
@@ -219,3 +222,68 @@ async def eventually(check: Callable[[], bool], seconds: float = 10) -> None:
     while not check():
         assert time.monotonic() < deadline, "not within the time"
         await asyncio.sleep(0.01)
+
+
+Judge = Callable[[dict[str, Any]], str | None]
+
+
+@contextlib.contextmanager
+def serving(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    templates: dict[str, Template] | None = None,
+    judge: Judge | None = None,
+) -> Iterator[kube_fake.Cluster]:
+    """The gateway on a loopback port, the SDK pointed at it; `judge` stands for the function."""
+    port = free_port()
+    servers: list[uvicorn.Server] = []
+
+    async def serve(cluster: kube_fake.Cluster, kubeconfig: Path) -> None:
+        api = config.new_client_from_config(config_file=str(kubeconfig))
+        platform = Platform(cluster, tmp_path)
+        if judge is not None:
+            platform.judge = judge
+        settings = Settings(
+            templates=templates or {"base": BASE},
+            seed=SEED,
+            agent_port=platform.port,
+            workdir=".",
+        )
+        backend = KubernetesBackend(client.CustomObjectsApi(api), settings, httpx.AsyncClient())
+        http = proxy.client()
+        keys = StaticKeys({KEY_A: "team-a", KEY_B: "team-b"})
+        app = build_app(backend, http, keys=keys, domain="e2b.localhost")
+        server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off", log_level="warning")
+        )
+        servers.append(server)
+        controller = asyncio.create_task(platform.run())
+        try:
+            await server.serve()
+        finally:
+            controller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await controller
+            await platform.close()
+            await backend.close()
+            await http.aclose()
+            api.close()
+
+    with kube_fake.serve() as (cluster, url):
+        kubeconfig = kube_fake.kubeconfig(url, tmp_path)
+        thread = threading.Thread(target=lambda: asyncio.run(serve(cluster, kubeconfig)))
+        thread.start()
+        deadline = time.monotonic() + 15
+        while not (servers and servers[0].started):
+            assert time.monotonic() < deadline, "the gateway did not start"
+            time.sleep(0.05)
+        for name in ("E2B_DOMAIN", "E2B_ACCESS_TOKEN", "E2B_DEBUG"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("E2B_API_KEY", KEY_A)
+        monkeypatch.setenv("E2B_API_URL", f"http://127.0.0.1:{port}")
+        monkeypatch.setenv("E2B_SANDBOX_URL", f"http://127.0.0.1:{port}")
+        try:
+            yield cluster
+        finally:
+            servers[0].should_exit = True
+            thread.join(timeout=30)

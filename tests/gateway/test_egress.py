@@ -18,8 +18,7 @@ from function.errors import FieldError
 from function.model import parse
 from function.model.spec import WorkspaceSandbox
 from function.render import render
-from tests.gateway.stand_in import BASE
-from tests.gateway.test_kubernetes_sdk import serving
+from tests.gateway.stand_in import BASE, serving
 from tests.support import NOW, PLATFORM
 
 ISOLATED = Template(image="ubuntu-24.04", preset="isolated-kata")
