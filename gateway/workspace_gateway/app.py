@@ -1,20 +1,26 @@
 """One listener, two sides: a sandbox's data plane, chosen by header or Host, else the control API.
 
 The control API needs a key on every call, and acts only in that key's namespace. The data plane
-needs no API key (the SDK sends none to a sandbox): a sandbox is found by its ID alone, and the
-sandbox's own access token is the authority there, checked by its agent, and by the gateway when
-it must choose between sandboxes of one name in two namespaces (see `Backend.locate`).
+needs no API key (the SDK sends none to a sandbox): the sandbox's own access token is the
+authority there. The gateway checks it before forwarding anything (`credentials`): a request
+that carries neither the token nor a signature made with it is answered 401 and never reaches
+the sandbox, so an agent that restarted, and holds no token until the gateway's `/init` runs
+again (`Reinits`), is never open to someone who merely knows the sandbox's ID. The agent then
+checks the token a second time.
 """
 
+import asyncio
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from urllib.parse import parse_qs
 
 import httpx
 
-from workspace_gateway import audit, proxy
+from workspace_gateway import audit, credentials, proxy
 from workspace_gateway.asgi import ASGIApp, Receive, Scope, Send, header, respond_json
-from workspace_gateway.backend import Backend, State
+from workspace_gateway.backend import Backend, Sandbox, State, choose
 from workspace_gateway.control import Control
 from workspace_gateway.errors import GatewayError
 from workspace_gateway.keys import Keys
@@ -25,6 +31,9 @@ log = logging.getLogger("workspace_gateway")
 HOST_ROUTE = re.compile(r"(?P<port>\d{1,5})-(?P<id>[a-z0-9]+)\.(?P<domain>.+)")
 MAX_CONTROL_BODY = 1 << 20
 UNAUTHORIZED = GatewayError(401, "Invalid API key, please check your X-API-Key header")
+NO_CREDENTIAL = GatewayError(
+    401, "missing or invalid access token: send the sandbox's X-Access-Token, or a signed URL"
+)
 
 
 @dataclass(frozen=True)
@@ -61,8 +70,38 @@ def credential(scope: Scope) -> str | None:
     return token.strip() or None if scheme.lower() == "bearer" else None
 
 
+class Reinits:
+    """One `/init` at a time per sandbox, however many requests find its agent restarted."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.running: dict[tuple[str, str], asyncio.Future[None]] = {}
+
+    def run(self, sandbox: Sandbox) -> Callable[[], Awaitable[None]]:
+        key = (sandbox.namespace, sandbox.sandbox_id)
+
+        async def again() -> None:
+            task = self.running.get(key)
+            if task is None:
+                task = asyncio.ensure_future(self.backend.reinit(sandbox))
+                self.running[key] = task
+                task.add_done_callback(self._done(key))
+            await asyncio.shield(task)
+
+        return again
+
+    def _done(self, key: tuple[str, str]) -> Callable[[asyncio.Future[None]], None]:
+        def done(task: asyncio.Future[None]) -> None:
+            self.running.pop(key, None)
+            if not task.cancelled():
+                task.exception()  # each waiter has it; none left must not make it "unretrieved"
+
+        return done
+
+
 def build_app(backend: Backend, http: httpx.AsyncClient, *, keys: Keys, domain: str) -> ASGIApp:
     control = Control(backend, domain)
+    reinits = Reinits(backend)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -85,7 +124,14 @@ def build_app(backend: Backend, http: httpx.AsyncClient, *, keys: Keys, domain: 
                 entry.sandbox_id = target.sandbox_id
                 entry.route = f"{scope['method']} sandbox:{target.port} {scope['path']}"
                 await _sandbox(
-                    backend, http, target, entry, scope=scope, receive=receive, send=send
+                    backend,
+                    http,
+                    target,
+                    entry,
+                    reinits=reinits,
+                    scope=scope,
+                    receive=receive,
+                    send=send,
                 )
         except GatewayError as e:
             await respond_json(send, e.status, e.body())
@@ -130,18 +176,29 @@ async def _sandbox(
     target: Target,
     entry: audit.Entry,
     *,
+    reinits: Reinits,
     scope: Scope,
     receive: Receive,
     send: Send,
 ) -> None:
     if proxy.internal(scope["path"]):
         raise GatewayError(403, f"{scope['path']} is not reachable from outside the sandbox")
-    sandbox = await backend.locate(target.sandbox_id, header(scope, "x-access-token"))
-    if sandbox is not None:
-        entry.namespace = sandbox.namespace
-    if sandbox is None or sandbox.state is not State.RUNNING or sandbox.endpoint is None:
+    found = await backend.locate(target.sandbox_id)
+    if not found:
         await respond_json(send, 502, proxy.not_found_body(target.sandbox_id))
         return
+    query = scope.get("query_string", b"").decode("latin-1")
+    parameters = {k: v[0] for k, v in parse_qs(query, keep_blank_values=True).items()}
+
+    def opens(token: str) -> bool:
+        return credentials.authenticates(
+            token,
+            method=scope["method"],
+            path=scope["path"],
+            access_token=header(scope, "x-access-token"),
+            query=parameters,
+        )
+
     if target.port != proxy.ENVD_PORT:
         # Only the agent's port is served so far; E2B's wording, which the SDK recognises.
         body = {
@@ -151,6 +208,13 @@ async def _sandbox(
         }
         await respond_json(send, 502, body)
         return
+    sandbox = choose(found, opens)
+    if sandbox is None:
+        raise NO_CREDENTIAL
+    entry.namespace = sandbox.namespace
+    if sandbox.state is not State.RUNNING or sandbox.endpoint is None:
+        await respond_json(send, 502, proxy.not_found_body(target.sandbox_id))
+        return
     await proxy.forward(
         http,
         sandbox_id=target.sandbox_id,
@@ -158,4 +222,5 @@ async def _sandbox(
         scope=scope,
         receive=receive,
         send=send,
+        reinit=reinits.run(sandbox),
     )

@@ -5,13 +5,15 @@ the local mode and a cluster differ in one module.
 """
 
 import asyncio
-import hmac
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Protocol
+
+# What an agent answers, `false` on `/health` and on every refusal, while it holds no token.
+INITIALIZED = "x-agent-initialized"
 
 
 class State(StrEnum):
@@ -84,26 +86,32 @@ class Backend(Protocol):
 
     async def set_end(self, namespace: str, sandbox_id: str, end_at: datetime) -> None: ...
 
-    async def locate(self, sandbox_id: str, access_token: str | None) -> Sandbox | None:
-        """The sandbox a data-plane request names, in whichever namespace, or None.
+    async def locate(self, sandbox_id: str) -> tuple[Sandbox, ...]:
+        """Every sandbox of this ID the gateway made, in whichever namespace.
 
         The data plane carries no API key: the sandbox's access token is its authority, checked
-        by its agent. Should two namespaces hold a sandbox of this name (a tenant may make one
-        by hand after seeing another's ID), only the one whose token the caller presents
-        matches, and without a token none does: another tenant's sandbox never receives the
-        caller's traffic or token.
+        by the gateway (`choose`) and again by the agent. Two namespaces hold a sandbox of one
+        ID only if a tenant made a look-alike by hand after seeing another's ID; the gateway's
+        mark (`kubernetes_backend.mark`) keeps such objects out, and should one pass, only the
+        sandbox whose token the caller's credential opens is chosen.
+        """
+
+    async def reinit(self, sandbox: Sandbox) -> None:
+        """Give a running sandbox's agent its token and env vars again: it has restarted.
+
+        An agent holds its token in memory only, so after a crash, a reboot inside the guest
+        or a restart by the platform it refuses everything but `/health` and `/init` until
+        this runs. Raises `GatewayError` when the agent can't be reached or refuses.
         """
 
 
-def choose(candidates: list[Sandbox], access_token: str | None) -> Sandbox | None:
-    """`locate`'s rule over the sandboxes of one ID, whichever namespaces they are in."""
-    if len(candidates) == 1:
-        return candidates[0]
-    if access_token is None:
-        return None
-    given = access_token.encode()
-    chosen = [s for s in candidates if hmac.compare_digest(s.access_token.encode(), given)]
-    return chosen[0] if len(chosen) == 1 else None
+def choose(candidates: Sequence[Sandbox], opens: Callable[[str], bool]) -> Sandbox | None:
+    """The one candidate whose access token the request's credential opens, or None.
+
+    Each sandbox has its own token (its namespace is part of it), so at most one matches.
+    """
+    opened = [s for s in candidates if opens(s.access_token)]
+    return opened[0] if len(opened) == 1 else None
 
 
 class Reaping(Protocol):

@@ -39,7 +39,7 @@ import httpx
 from kubernetes.client.exceptions import ApiException
 
 from workspace_gateway import audit, sealed
-from workspace_gateway.backend import NewSandbox, Sandbox, State, always, choose
+from workspace_gateway.backend import INITIALIZED, NewSandbox, Sandbox, State, always
 from workspace_gateway.errors import GatewayError, not_found
 from workspace_gateway.kubernetes_pools import (
     HANDED_OUT,
@@ -70,7 +70,7 @@ PREFIX = "gateway.sandbox.cozystack.io/"
 TEMPLATE, STARTED, END, AUTO_PAUSE = (
     f"{PREFIX}{n}" for n in ("template", "started-at", "end-at", "auto-pause")
 )
-METADATA, ENV_VARS = f"{PREFIX}metadata", f"{PREFIX}env-vars"
+METADATA, ENV_VARS, MARK = f"{PREFIX}metadata", f"{PREFIX}env-vars", f"{PREFIX}mark"
 ID_ALPHABET = string.ascii_lowercase + string.digits
 ID_LENGTH = 20
 AGENT_PORT = 49983
@@ -129,6 +129,16 @@ def access_token(seed: bytes, namespace: str, sandbox_id: str) -> str:
     return hmac.new(seed, f"{namespace}/{sandbox_id}".encode(), hashlib.sha256).hexdigest()
 
 
+def mark(seed: bytes, namespace: str, sandbox_id: str) -> str:
+    """What the gateway writes on every sandbox it makes, and only it can: no tenant has the seed.
+
+    Another message than the token's under the same seed, so the mark, which anyone who may
+    read the object sees, says nothing of the token.
+    """
+    message = f"mark\0{namespace}/{sandbox_id}".encode()
+    return hmac.new(seed, message, hashlib.sha256).hexdigest()
+
+
 def rfc3339(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -172,14 +182,14 @@ def manifest(
         "metadata": {
             "name": where[1],
             "labels": {ID_LABEL: where[1]},
-            "annotations": {**annotations, TEMPLATE: template_name},
+            "annotations": {**annotations, TEMPLATE: template_name, MARK: mark(seed, *where)},
         },
         "spec": {**template.spec(), **spec},
     }
 
 
 def member_manifest(
-    where: tuple[str, str], template_name: str, template: Template, now: datetime
+    where: tuple[str, str], template_name: str, template: Template, now: datetime, *, seed: bytes
 ) -> dict[str, Any]:
     """A pool member: the template's spec, running, and nothing of any caller's."""
     sandbox_id = where[1]
@@ -193,7 +203,11 @@ def member_manifest(
                 POOL_LABEL: MEMBER,
                 POOL_TEMPLATE_LABEL: template_name,
             },
-            "annotations": {TEMPLATE: template_name, MADE_NOTE: now.astimezone(UTC).isoformat()},
+            "annotations": {
+                TEMPLATE: template_name,
+                MADE_NOTE: now.astimezone(UTC).isoformat(),
+                MARK: mark(seed, *where),
+            },
         },
         "spec": {**template.spec(), "power": "Running"},
     }
@@ -279,17 +293,27 @@ def _moment(text: str | None, default: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def ours(obj: Mapping[str, Any]) -> bool:
-    """Made by the gateway: its ID label names it. Anything else in a namespace is not shown."""
+def ours(obj: Mapping[str, Any], seed: bytes) -> bool:
+    """Made by the gateway: its ID label names it and it carries the gateway's mark.
+
+    Anything else is ignored, never cached, shown or routed to: a tenant may make an object of
+    any name and labels, but not the mark of another namespace's sandbox.
+    """
     metadata = obj.get("metadata") or {}
-    return bool(metadata.get("name")) and (metadata.get("labels") or {}).get(
-        ID_LABEL
-    ) == metadata.get("name")
+    name, namespace = metadata.get("name"), metadata.get("namespace")
+    if not (isinstance(name, str) and name and isinstance(namespace, str)):
+        return False
+    if (metadata.get("labels") or {}).get(ID_LABEL) != name:
+        return False
+    given = (metadata.get("annotations") or {}).get(MARK)
+    return isinstance(given, str) and hmac.compare_digest(
+        given.encode(), mark(seed, namespace, name).encode()
+    )
 
 
-def shown(obj: Mapping[str, Any]) -> bool:
+def shown(obj: Mapping[str, Any], seed: bytes) -> bool:
     """What the E2B API answers for: the gateway's, and not a pool member still in its pool."""
-    return ours(obj) and not is_member(obj)
+    return ours(obj, seed) and not is_member(obj)
 
 
 @dataclass(frozen=True)
@@ -350,7 +374,7 @@ class KubernetesBackend:
         self.metrics = metrics
         self.core = core
         self.limits: dict[str, tuple[float, dict[str, int]]] = {}
-        self.cache = Cache(ours)
+        self.cache = Cache(functools.partial(ours, seed=settings.seed))
         self.watcher: Watcher | None = None
         self.fallbacks: Allowance | None = None
         self.closed = False
@@ -423,7 +447,11 @@ class KubernetesBackend:
             PLURAL,
             label_selector=ID_LABEL,
         )
-        return [sandbox_of(o, self.settings) for o in listed.get("items", []) if shown(o)]
+        return [
+            sandbox_of(o, self.settings)
+            for o in listed.get("items", [])
+            if shown(o, self.settings.seed)
+        ]
 
     async def suspend(self, namespace: str, sandbox_id: str) -> None:
         def change(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -468,7 +496,14 @@ class KubernetesBackend:
         resumed = is_paused(before)
         if resumed or agent_url(before, self.settings.agent_port) is None:
             return await self._ready(namespace, sandbox_id), resumed
-        return sandbox_of(await self._get(namespace, sandbox_id), self.settings), False
+        obj = await self._get(namespace, sandbox_id)
+        url = agent_url(obj, self.settings.agent_port)
+        health = await self._health(url) if url is not None else None
+        if url is None or health is None:  # stopped or rebooting meanwhile: wait for it
+            return await self._ready(namespace, sandbox_id), False
+        if not health[1]:
+            await self._init(obj, url)  # its agent restarted since: back to the caller's
+        return sandbox_of(obj, self.settings, health[0]), False
 
     async def delete(self, namespace: str, sandbox_id: str) -> None:
         await self._get(namespace, sandbox_id)  # only the gateway's own
@@ -483,7 +518,7 @@ class KubernetesBackend:
 
         await self._update(namespace, sandbox_id, change)
 
-    async def locate(self, sandbox_id: str, access_token: str | None) -> Sandbox | None:
+    async def locate(self, sandbox_id: str) -> tuple[Sandbox, ...]:
         """From the watch's cache; on a miss, one direct list, within an allowance.
 
         A miss is routine for a sandbox another replica made a moment ago, so it is asked of
@@ -493,13 +528,27 @@ class KubernetesBackend:
         most that many lists a second per replica, whatever their number.
         """
         if not is_id(sandbox_id):
-            return None  # a header's text never reaches a label selector
+            return ()  # a header's text never reaches a label selector
         await self._synced()
-        found: Sequence[dict[str, Any]] = [o for o in self.cache.named(sandbox_id) if shown(o)]
+        seed = self.settings.seed
+        found: Sequence[dict[str, Any]] = [
+            o for o in self.cache.named(sandbox_id) if shown(o, seed)
+        ]
         now = asyncio.get_running_loop().time()
         if not found and self.fallbacks is not None and self.fallbacks.take(now):
             found = await self._listed(sandbox_id)
-        return choose([sandbox_of(o, self.settings) for o in found], access_token)
+        return tuple(sandbox_of(o, self.settings) for o in found)
+
+    async def reinit(self, sandbox: Sandbox) -> None:
+        where = (sandbox.namespace, sandbox.sandbox_id)
+        obj = self.cache.get(where)
+        if obj is None or is_member(obj):
+            obj = await self._get(sandbox.namespace, sandbox.sandbox_id)
+        url = agent_url(obj, self.settings.agent_port)
+        if url is None:
+            raise GatewayError(502, f"sandbox {sandbox.sandbox_id!r} is not running")
+        log.info("sandbox %s/%s: its agent restarted; /init again", *where)
+        await self._init(obj, url)
 
     async def _listed(self, sandbox_id: str) -> tuple[dict[str, Any], ...]:
         listed = await self._call(
@@ -510,7 +559,9 @@ class KubernetesBackend:
             label_selector=f"{ID_LABEL}={sandbox_id}",
         )
         items = listed.get("items", [])
-        return tuple(o for o in items if shown(o) and o["metadata"]["name"] == sandbox_id)
+        return tuple(
+            o for o in items if shown(o, self.settings.seed) and o["metadata"]["name"] == sandbox_id
+        )
 
     async def reap(self, now: datetime, leading: Callable[[], bool] = always) -> None:
         """Kill running sandboxes past their end time; the platform pauses auto-pause ones.
@@ -612,10 +663,10 @@ class KubernetesBackend:
         namespace, sandbox_id = claimed["metadata"]["namespace"], claimed["metadata"]["name"]
         url = agent_url(claimed, self.settings.agent_port)
         if url is not None:
-            version = await self._health(url)
-            if version is None:
+            health = await self._health(url)
+            if health is None:
                 raise GatewayError(503, "it failed its health check")
-            obj = claimed
+            obj, version = claimed, health[0]
         else:
             obj, url, version = await self._await_agent(namespace, sandbox_id, claimed)
         await self._init(claimed, url)
@@ -671,7 +722,9 @@ class KubernetesBackend:
         loop = asyncio.get_running_loop()
         began = loop.time()
         sandbox_id = new_id()
-        body = member_manifest((namespace, sandbox_id), name, template, datetime.now(UTC))
+        body = member_manifest(
+            (namespace, sandbox_id), name, template, datetime.now(UTC), seed=self.settings.seed
+        )
         try:
             await self._call(
                 self.custom.create_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, body
@@ -776,9 +829,9 @@ class KubernetesBackend:
                 raise GatewayError(400, f"the platform refused the sandbox: {why}")
             url = agent_url(obj, self.settings.agent_port) if obj is not None else None
             if obj is not None and url is not None:
-                version = await self._health(url)
-                if version is not None:
-                    return obj, url, version
+                health = await self._health(url)
+                if health is not None:
+                    return obj, url, health[0]
                 now = loop.time()
             if now >= stale_at:
                 obj = fit(await self._get(namespace, sandbox_id, members=member))
@@ -798,12 +851,16 @@ class KubernetesBackend:
         seconds = self.settings.ready_seconds
         raise GatewayError(504, f"sandbox {sandbox_id!r} was not ready within {seconds:.0f} s")
 
-    async def _health(self, url: str) -> str | None:
+    async def _health(self, url: str) -> tuple[str, bool] | None:
+        """The agent's envd version, and whether it holds its token; None while it is down."""
         try:
             answer = await self.http.get(url + "/health", timeout=2.0)
         except httpx.TransportError:
             return None
-        return str(answer.headers.get("x-envd-version", "0.1.0")) if answer.is_success else None
+        if not answer.is_success:
+            return None
+        version = str(answer.headers.get("x-envd-version", "0.1.0"))
+        return version, answer.headers.get(INITIALIZED) != "false"
 
     async def _init(self, obj: Mapping[str, Any], url: str) -> None:
         sandbox = sandbox_of(obj, self.settings)
@@ -836,7 +893,7 @@ class KubernetesBackend:
             sandbox_id,
             missing=sandbox_id,
         )
-        if not ours(obj) or (is_member(obj) and not members):
+        if not ours(obj, self.settings.seed) or (is_member(obj) and not members):
             raise not_found(sandbox_id)
         return dict(obj)
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import httpx
 
 from workspace_gateway import audit
-from workspace_gateway.backend import NewSandbox, Sandbox, State, always, choose
+from workspace_gateway.backend import INITIALIZED, NewSandbox, Sandbox, State, always
 from workspace_gateway.errors import GatewayError, not_found
 from workspace_gateway.metrics import Metrics
 
@@ -289,9 +289,15 @@ class LocalBackend:
     async def list(self, namespace: str) -> list[Sandbox]:
         return [e.sandbox for e in self.entries.values() if e.sandbox.namespace == namespace]
 
-    async def locate(self, sandbox_id: str, access_token: str | None) -> Sandbox | None:
+    async def locate(self, sandbox_id: str) -> tuple[Sandbox, ...]:
         entry = self.entries.get(sandbox_id)
-        return choose([entry.sandbox] if entry else [], access_token)
+        return (entry.sandbox,) if entry else ()
+
+    async def reinit(self, sandbox: Sandbox) -> None:
+        entry = self._entry(sandbox.namespace, sandbox.sandbox_id)
+        async with entry.lock:
+            self._check(entry)
+            await self._init(entry)
 
     async def suspend(self, namespace: str, sandbox_id: str) -> None:
         entry = self._entry(namespace, sandbox_id)
@@ -315,6 +321,8 @@ class LocalBackend:
                 except BaseException:
                     await self._stop(entry)
                     raise
+            elif not await self._initialized(entry):
+                await self._init(entry)  # its agent restarted since: back to the caller's
             return entry.sandbox, resumed
 
     async def delete(self, namespace: str, sandbox_id: str) -> None:
@@ -423,6 +431,17 @@ class LocalBackend:
         answer = await self.http.post(endpoint + "/init", json=init)
         if answer.status_code != 204:  # noqa: PLR2004  # HTTP No Content
             raise GatewayError(500, f"the sandbox's agent refused /init: {answer.text[:200]}")
+
+    async def _initialized(self, entry: _Entry) -> bool:
+        """Whether a running agent still holds its token: what its `/health` says."""
+        endpoint = entry.sandbox.endpoint
+        if endpoint is None:
+            raise GatewayError(500, "the sandbox's agent is not running")
+        try:
+            answer = await self.http.get(endpoint + "/health", timeout=2.0)
+        except httpx.TransportError as e:
+            raise GatewayError(502, f"the sandbox's agent did not answer: {e!r}") from None
+        return bool(answer.headers.get(INITIALIZED) != "false")
 
     async def _healthy(self, process: asyncio.subprocess.Process, endpoint: str) -> str:
         deadline = asyncio.get_running_loop().time() + START_SECONDS

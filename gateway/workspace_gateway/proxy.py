@@ -6,13 +6,15 @@ any size pass through in chunks. Timeouts sit far above the SDK's 50 s keepalive
 
 import asyncio
 import posixpath
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpcore
 import httpx
 
 from workspace_gateway.asgi import Receive, Scope, Send, respond_json
+from workspace_gateway.backend import INITIALIZED
+from workspace_gateway.errors import GatewayError
 
 ENVD_PORT = 49983
 # The orchestrator's own paths on envd: never reachable from outside.
@@ -31,8 +33,13 @@ HOP_BY_HOP = frozenset(
         "host",
     }
 )
-# The control API's key is never the sandbox's business: code in a sandbox may read its traffic.
-GATEWAY_ONLY = frozenset({"x-api-key"})
+# The control API's key, or a Kubernetes token in its place, is never the sandbox's business:
+# code in a sandbox may read its traffic.
+GATEWAY_ONLY = frozenset({"x-api-key", "authorization"})
+# A request body up to this size is read whole before it is sent, so that it can be sent again
+# after an agent that restarted has been given its token back.
+REPLAY_BYTES = 64 << 10
+RESTARTED = GatewayError(503, "the sandbox's agent restarted during this upload; send it again")
 IDLE_SECONDS = 600.0
 CLIENT_DEFAULTS = frozenset({"accept", "accept-encoding", "user-agent", "connection"})
 # How much one read of an agent's socket may take. httpcore's 64 KiB means a 64 MiB download
@@ -105,6 +112,28 @@ async def _disconnected(receive: Receive) -> None:
         pass
 
 
+async def _whole(receive: Receive) -> bytes:
+    """A small body, read whole so that it can be sent twice."""
+    body = bytearray()
+    async for chunk in _body(receive):
+        body += chunk
+        if len(body) > REPLAY_BYTES:
+            raise GatewayError(413, "the body is longer than its Content-Length")
+    return bytes(body)
+
+
+async def _content(scope: Scope, receive: Receive) -> bytes | AsyncIterator[bytes] | None:
+    """The request's body: read whole when it can be sent again, else streamed, else none."""
+    raw = list(scope["headers"])
+    names = {name.lower() for name, _ in raw}
+    if not names & {b"content-length", b"transfer-encoding"}:
+        return None
+    length = next((value for name, value in raw if name.lower() == b"content-length"), b"")
+    if length.isdigit() and int(length) <= REPLAY_BYTES:
+        return await _whole(receive)
+    return _body(receive)
+
+
 async def forward(
     http: httpx.AsyncClient,
     *,
@@ -113,8 +142,16 @@ async def forward(
     scope: Scope,
     receive: Receive,
     send: Send,
+    reinit: Callable[[], Awaitable[None]],
 ) -> None:
-    """Stream this request to `endpoint` (the agent's base URL) and its answer back."""
+    """Stream this request to `endpoint` (the agent's base URL) and its answer back.
+
+    An agent that answers `X-Agent-Initialized: false` has restarted since the gateway's last
+    `/init`: `reinit` gives it back its token and env vars, and the request is sent again.
+    So that it can be, a body of at most REPLAY_BYTES (every Connect call the SDK makes, most
+    uploads) is read whole first; a bigger one streams through, and is answered 503 if the
+    agent turned out to have restarted, for the caller to send again.
+    """
     path: str = scope["path"]
     query: bytes = scope.get("query_string", b"")
     url = endpoint + (scope.get("raw_path") or path.encode()).decode("latin-1")
@@ -122,42 +159,49 @@ async def forward(
         url += "?" + query.decode("latin-1")
     headers = forwarded_headers(list(scope["headers"]))
     incoming = {name.decode("latin-1").lower() for name, _ in headers}
-    has_body = bool(
-        {"content-length", "transfer-encoding"}
-        & {name.decode("latin-1").lower() for name, _ in scope["headers"]}
-    )
-    request = http.build_request(
-        scope["method"], url, headers=headers, content=_body(receive) if has_body else None
-    )
-    for name in CLIENT_DEFAULTS - incoming:  # httpx's own defaults stay out
-        request.headers.pop(name, None)
     try:
-        response = await http.send(request, stream=True)
+        content = await _content(scope, receive)
     except _ClientGoneError:
         return
-    except httpx.TransportError:
-        await respond_json(send, 502, not_found_body(sandbox_id))
-        return
-    try:
-        headers = [
-            (name, value)
-            for name, value in response.headers.raw
-            if name.lower() not in {b"connection", b"keep-alive", b"transfer-encoding"}
-        ]
-        await send(
-            {"type": "http.response.start", "status": response.status_code, "headers": headers}
-        )
-        watch = asyncio.ensure_future(_disconnected(receive))
-        relay = asyncio.ensure_future(_relay(response, send))
+    for attempt in range(2):
+        request = http.build_request(scope["method"], url, headers=headers, content=content)
+        for name in CLIENT_DEFAULTS - incoming:  # httpx's own defaults stay out
+            request.headers.pop(name, None)
         try:
-            await asyncio.wait({watch, relay}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            watch.cancel()
-            relay.cancel()
-        if relay.done() and not relay.cancelled() and relay.exception() is None:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            response = await http.send(request, stream=True)
+        except _ClientGoneError:
+            return
+        except httpx.TransportError:
+            await respond_json(send, 502, not_found_body(sandbox_id))
+            return
+        if attempt or response.headers.get(INITIALIZED) != "false":
+            break
+        await response.aclose()
+        await reinit()
+        if not isinstance(content, bytes | None):
+            raise RESTARTED
+    try:
+        await _answer(response, receive, send)
     finally:
         await response.aclose()
+
+
+async def _answer(response: httpx.Response, receive: Receive, send: Send) -> None:
+    headers = [
+        (name, value)
+        for name, value in response.headers.raw
+        if name.lower() not in {b"connection", b"keep-alive", b"transfer-encoding"}
+    ]
+    await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+    watch = asyncio.ensure_future(_disconnected(receive))
+    relay = asyncio.ensure_future(_relay(response, send))
+    try:
+        await asyncio.wait({watch, relay}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        relay.cancel()
+    if relay.done() and not relay.cancelled() and relay.exception() is None:
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def _relay(response: httpx.Response, send: Send) -> None:

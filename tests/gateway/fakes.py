@@ -3,7 +3,7 @@
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from workspace_gateway.backend import NewSandbox, Sandbox, State, choose
+from workspace_gateway.backend import NewSandbox, Sandbox, State
 from workspace_gateway.errors import GatewayError, not_found
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -40,6 +40,7 @@ class Sandboxes:
     def __init__(self) -> None:
         self.all = [sandbox(1, namespace="a")]
         self.is_ready = True
+        self.reinits: list[str] = []
 
     def templates(self) -> frozenset[str]:
         return frozenset({"base"})
@@ -75,5 +76,8 @@ class Sandboxes:
         one = await self.get(namespace, sandbox_id)
         self.all[self.all.index(one)] = replace(one, end_at=end_at)
 
-    async def locate(self, sandbox_id: str, access_token: str | None) -> Sandbox | None:
-        return choose([s for s in self.all if s.sandbox_id == sandbox_id], access_token)
+    async def locate(self, sandbox_id: str) -> tuple[Sandbox, ...]:
+        return tuple(s for s in self.all if s.sandbox_id == sandbox_id)
+
+    async def reinit(self, sandbox: Sandbox) -> None:
+        self.reinits.append(sandbox.sandbox_id)

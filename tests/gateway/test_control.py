@@ -1,6 +1,7 @@
 """The control API's pieces: the metadata filter, pages, create requests and error shapes."""
 
 import json
+from collections.abc import Callable
 from datetime import timedelta
 from urllib.parse import parse_qs, quote, urlencode
 
@@ -261,19 +262,27 @@ async def test_a_name_in_two_namespaces_is_reached_by_no_one_without_a_token(
 ) -> None:
     backend.all.append(sandbox(1, namespace="b", access_token="theirs"))  # noqa: S106
     answer = await client.get("/health", headers={"E2b-Sandbox-Id": ONE})
-    assert answer.status_code == 502
-    assert answer.json()["message"] == "The sandbox was not found"
+    assert answer.status_code == 401
+    assert answer.json() == {
+        "code": 401,
+        "message": "missing or invalid access token: send the sandbox's X-Access-Token, or a signed URL",
+    }
 
 
 def test_the_data_plane_chooses_between_namespaces_only_by_the_token() -> None:
     mine = sandbox(1, namespace="a", access_token="mine")  # noqa: S106
     squatter = sandbox(1, namespace="b", access_token="theirs")  # noqa: S106
-    assert choose([mine], None) is mine  # one of that name: its agent checks the token
-    assert choose([mine, squatter], "mine") is mine
-    assert choose([squatter, mine], "mine") is mine
-    assert choose([mine, squatter], None) is None
-    assert choose([mine, squatter], "neither") is None
-    assert choose([], "mine") is None
+
+    def given(token: str | None) -> Callable[[str], bool]:
+        return lambda t: token is not None and t == token
+
+    assert choose([mine], given("mine")) is mine
+    assert choose([mine], given(None)) is None  # one of that name: still its token or nothing
+    assert choose([mine, squatter], given("mine")) is mine
+    assert choose([squatter, mine], given("mine")) is mine
+    assert choose([mine, squatter], given(None)) is None
+    assert choose([mine, squatter], given("neither")) is None
+    assert choose([], given("mine")) is None
 
 
 async def test_health_needs_no_key_and_says_whether_the_replica_can_serve(

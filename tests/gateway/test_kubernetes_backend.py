@@ -71,12 +71,13 @@ async def test_create_hears_of_readiness_from_the_watch_not_by_polling(world: Wo
     started = len(world.cluster.requests)
     answer = await world.call("POST", "/sandboxes", KEY_A, json={})
     assert answer.status_code == 201, answer.text
-    sandbox_id = answer.json()["sandboxID"]
+    sandbox_id, token = answer.json()["sandboxID"], answer.json()["envdAccessToken"]
     item = f"/apis/sandbox.cozystack.io/v1alpha1/namespaces/team-a/{PLURAL}/{sandbox_id}"
     seen = world.cluster.requests[started:]
     assert [m for m, p, _ in seen if p == item] == []  # not one GET of the object
     assert len(seen) <= 3  # the create, and the watch's list and watch when it starts
-    read = await world.http.get("/health", headers={"E2b-Sandbox-Id": sandbox_id})
+    plane = {"E2b-Sandbox-Id": sandbox_id, "X-Access-Token": token}
+    read = await world.http.get("/health", headers=plane)
     assert read.status_code == 204, read.text
     assert len(world.cluster.requests) == started + len(seen)  # found in the cache
 
@@ -91,7 +92,7 @@ async def test_an_unknown_template_is_a_404_and_writes_nothing(world: World) -> 
 async def test_pause_connect_and_kill(world: World) -> None:
     created = await world.call("POST", "/sandboxes", KEY_A, json={"autoPause": True, "timeout": 60})
     assert created.status_code == 201, created.text
-    sandbox_id = created.json()["sandboxID"]
+    sandbox_id, token = created.json()["sandboxID"], created.json()["envdAccessToken"]
     assert "suspendAt" in world.xr("team-a", sandbox_id)["spec"]["lifetime"]
 
     assert (await world.call("POST", f"/sandboxes/{sandbox_id}/pause", KEY_A)).status_code == 204
@@ -103,7 +104,8 @@ async def test_pause_connect_and_kill(world: World) -> None:
     assert again.status_code == 409
     listed = await world.call("GET", "/v2/sandboxes?state=paused", KEY_A)
     assert [s["sandboxID"] for s in listed.json()] == [sandbox_id]
-    down = await world.http.get("/health", headers={"E2b-Sandbox-Id": sandbox_id})
+    plane = {"E2b-Sandbox-Id": sandbox_id, "X-Access-Token": token}
+    down = await world.http.get("/health", headers=plane)
     assert down.status_code == 502
 
     resumed = await world.call(
@@ -181,12 +183,19 @@ async def test_a_same_named_sandbox_in_another_namespace_never_gets_the_traffic(
             "/files?path=hello.txt", headers={**plane, "X-Access-Token": token}
         )
         assert (read.status_code, read.text) == (200, "mine")
+    # The look-alike carries team-a's mark, which does not open in team-b: it is not the
+    # gateway's, so it is neither cached nor a candidate, and nothing reaches it.
+    assert (PLURAL, "team-b", sandbox_id) in world.cluster.objects
+    assert ("team-b", sandbox_id) not in world.backend.cache.objects
+    assert [s.namespace for s in await world.backend.locate(sandbox_id)] == ["team-a"]
     anonymous = await world.http.get("/files?path=hello.txt", headers=plane)
-    assert anonymous.status_code == 502
+    assert anonymous.status_code == 401
     guessed = await world.http.get(
         "/files?path=hello.txt", headers={**plane, "X-Access-Token": "x"}
     )
-    assert guessed.status_code == 502
+    assert guessed.status_code == 401
+    listed = await world.call("GET", "/v2/sandboxes", KEY_B)
+    assert listed.json() == []
 
 
 def test_the_mapping_file_is_checked() -> None:
@@ -246,7 +255,7 @@ async def test_sandbox_ids_that_are_not_ids_never_reach_the_cluster(world: World
     for bad in ("x,y", "a" * 21, "../team-b", "!label"):
         answer = await world.http.get("/health", headers={"E2b-Sandbox-Id": bad})
         assert answer.status_code == 502
-        assert await world.backend.locate(bad, None) is None
+        assert await world.backend.locate(bad) == ()
     answer = await world.call("GET", "/sandboxes/..%2Fteam-b", KEY_A)
     assert answer.status_code == 404
     assert len(world.cluster.requests) == before

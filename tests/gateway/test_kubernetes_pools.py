@@ -267,7 +267,7 @@ async def test_members_are_invisible_until_handed_out_then_only_their_callers(
                 assert answer.status_code == 404, (method, answer.text)
             plane = await a.http.get("/health", headers={"E2b-Sandbox-Id": sandbox_id})
             assert plane.status_code == 502
-            assert await a.backend.locate(sandbox_id, None) is None
+            assert await a.backend.locate(sandbox_id) == ()
         assert [s["sandboxID"] for s in (await a.call("GET", "/v2/sandboxes")).json()] == [cold]
         assert [s["sandboxID"] for s in (await a.call("GET", "/sandboxes")).json()] == [cold]
         await a.backend.reap(datetime.now(UTC) + timedelta(days=1))  # members have no end

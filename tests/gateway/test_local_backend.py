@@ -72,7 +72,7 @@ async def test_a_running_member_is_handed_out_once_with_the_caller_s_settings() 
             assert member.process is not None and member.process.returncode is None
             assert member.sandbox.access_token == ""
             assert member.env_vars == {}
-            assert await backend.locate(member.sandbox.sandbox_id, None) is None
+            assert await backend.locate(member.sandbox.sandbox_id) == ()
         assert await backend.list("local") == []
         assert figure(backend, "workspace_gateway_pool_members", temperature="running") == 2
         assert figure(backend, "workspace_gateway_pool_topup_seconds_count") == 2

@@ -22,11 +22,13 @@ from workspace_gateway.kubernetes_backend import (
     FALLBACK_PER_SECOND,
     GROUP,
     ID_LABEL,
+    MARK,
     PLURAL,
     VERSION,
     KubernetesBackend,
     Settings,
     access_token,
+    mark,
 )
 from workspace_gateway.sandbox_cache import Allowance
 
@@ -41,11 +43,25 @@ class Fixture:
     cluster: kube_fake.Cluster
     backend: KubernetesBackend
 
-    def put(self, namespace: str, name: str, label: str | None = None, **status: Any) -> None:
+    def put(
+        self,
+        namespace: str,
+        name: str,
+        label: str | None = None,
+        *,
+        marked: bool = True,
+        **status: Any,
+    ) -> None:
+        """An object of the gateway's as another replica makes it; `marked=False`, a tenant's."""
         obj = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "WorkspaceSandbox",
-            "metadata": {"name": name, "namespace": namespace, "labels": {ID_LABEL: label or name}},
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {ID_LABEL: label or name},
+                "annotations": {MARK: mark(SEED, namespace, name)} if marked else {},
+            },
             "spec": {"image": "ubuntu-24.04", "power": "Running"},
             "status": status,
         }
@@ -82,11 +98,19 @@ A, B, C = "a" * 20, "b" * 20, "c" * 20
 async def test_the_cache_follows_creates_updates_and_deletes(watched: Fixture) -> None:
     watched.put("team-a", A)
     watched.put("team-a", "d" * 20, label="someone-else")  # not the gateway's: never cached
+    watched.put("team-a", "e" * 20, marked=False)  # a tenant's look-alike: never cached
+    copied = copy.deepcopy(watched.cluster.objects[PLURAL, "team-a", A])
+    copied["metadata"]["namespace"] = "team-b"  # a mark copied to another namespace
+    with watched.cluster.lock:
+        watched.cluster.put((PLURAL, "team-b", A), copied)
     watched.backend.start()
     cache = watched.backend.cache
     await eventually(cache.synced.is_set)
-    assert [o["metadata"]["name"] for o in cache.named(A)] == [A]
+    assert [o["metadata"]["namespace"] for o in cache.named(A)] == ["team-a"]
     assert cache.named("d" * 20) == []
+    assert cache.named("e" * 20) == []
+    with watched.cluster.lock:
+        watched.cluster.remove((PLURAL, "team-b", A))
 
     watched.put("team-b", B)
     await eventually(lambda: cache.get(("team-b", B)) is not None)
@@ -141,28 +165,31 @@ async def test_locate_answers_from_the_cache_and_bounds_the_lists_a_miss_costs(
     await eventually(watched.backend.cache.synced.is_set)
     before = len(watched.cluster.requests)
     for _ in range(20):
-        found = await watched.backend.locate(A, None)
-        assert found is not None
-        assert found.namespace == "team-a"
+        found = await watched.backend.locate(A)
+        assert [s.namespace for s in found] == ["team-a"]
     assert len(watched.cluster.requests) == before
 
     # Another replica's sandbox the watch has not told of yet: one direct list finds it.
     hidden = {
-        "metadata": {"name": B, "namespace": "team-b", "labels": {ID_LABEL: B}},
+        "metadata": {
+            "name": B,
+            "namespace": "team-b",
+            "labels": {ID_LABEL: B},
+            "annotations": {MARK: mark(SEED, "team-b", B)},
+        },
         "spec": {"power": "Running"},
         "resourceVersion": "1",
     }
     with watched.cluster.lock:
         watched.cluster.objects[PLURAL, "team-b", B] = hidden
-    found = await watched.backend.locate(B, None)
-    assert found is not None
-    assert found.access_token == access_token(SEED, "team-b", B)
+    (found_b,) = await watched.backend.locate(B)
+    assert found_b.access_token == access_token(SEED, "team-b", B)
     assert len(watched.cluster.requests) == before + 1
 
     # A flood of made-up IDs: never more lists than the allowance holds.
     began = time.monotonic()
     for n in range(200):
-        assert await watched.backend.locate(f"{n:020d}", None) is None
+        assert await watched.backend.locate(f"{n:020d}") == ()
     allowed = FALLBACK_BURST + FALLBACK_PER_SECOND * (time.monotonic() - began) + 1
     made = len(watched.cluster.requests) - before - 1
     assert 1 <= made <= allowed
@@ -201,9 +228,9 @@ async def test_the_reaper_reads_the_cache_and_spares_a_sandbox_extended_meanwhil
         watched.put("team-a", name)
         watched.cluster.update(
             (PLURAL, "team-a", name),
-            lambda o: o["metadata"].update(annotations={END: ended.isoformat()}),
+            lambda o: o["metadata"]["annotations"].update({END: ended.isoformat()}),
         )
-    await watched.backend.locate("a" * 20, None)  # starts the watch
+    await watched.backend.locate("a" * 20)  # starts the watch
     await eventually(lambda: len(watched.backend.cache.objects) == 2)
     assert all(END in o["metadata"]["annotations"] for o in watched.backend.cache.objects.values())
     stale = copy.deepcopy(watched.backend.cache.objects["team-a", "b" * 20])
@@ -221,7 +248,8 @@ async def test_the_reaper_reads_the_cache_and_spares_a_sandbox_extended_meanwhil
     assert watched.lists() == lists
     assert (PLURAL, "team-a", "a" * 20) not in watched.cluster.objects
     assert watched.cluster.objects[PLURAL, "team-a", "b" * 20]["metadata"]["annotations"] == {
-        END: later
+        END: later,
+        MARK: mark(SEED, "team-a", "b" * 20),
     }
     deletes = [p for m, p, _ in watched.cluster.requests if m == "DELETE"]
     assert sorted(deletes) == [
