@@ -166,6 +166,7 @@ async def _control(  # noqa: PLR0917  # the ASGI call's parts
         scope["path"],
         scope.get("query_string", b"").decode("latin-1"),
         body,
+        acts=lambda: keys.acts(principal),
     )
     await respond_json(send, reply.status, reply.body, reply.headers)
 

@@ -8,7 +8,7 @@ import binascii
 import ipaddress
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -39,6 +39,10 @@ class Reply:
     status: int
     body: Any = None
     headers: tuple[tuple[str, str], ...] = ()
+
+
+async def always() -> bool:
+    return True
 
 
 def now() -> datetime:
@@ -80,11 +84,16 @@ def listed_json(sandbox: Sandbox) -> dict[str, Any]:
     }
 
 
-def detail_json(sandbox: Sandbox, domain: str) -> dict[str, Any]:
-    """`SandboxDetail`: the pause keeps files, not memory, so `pauseMode` is `filesystem`."""
+def detail_json(sandbox: Sandbox, domain: str, *, token: bool = True) -> dict[str, Any]:
+    """`SandboxDetail`: the pause keeps files, not memory, so `pauseMode` is `filesystem`.
+
+    Without `token` (a caller who may only read the sandbox) `envdAccessToken` is left out:
+    the token runs commands as root in the sandbox and reads its env vars.
+    """
+    secret = {"envdAccessToken": sandbox.access_token} if token else {}
     return {
         **listed_json(sandbox),
-        "envdAccessToken": sandbox.access_token,
+        **secret,
         "domain": domain,
         "lifecycle": {
             "autoResume": False,
@@ -309,15 +318,26 @@ class Control:
         self.routes = self._routes()
 
     async def handle(
-        self, namespace: str, method: str, path: str, query_string: str, body: bytes
+        self,
+        namespace: str,
+        method: str,
+        path: str,
+        query_string: str,
+        body: bytes,
+        *,
+        acts: Callable[[], Awaitable[bool]] = always,
     ) -> Reply:
-        """Answer one call of the tenant whose namespace this is; nothing outside it is seen."""
+        """Answer one call of the tenant whose namespace this is; nothing outside it is seen.
+
+        `acts` says whether the caller may act on the namespace's sandboxes, not only read
+        them: only then does a read of one include its access token.
+        """
         query = parse_qs(query_string, keep_blank_values=True)
         for verb, pattern, _, action in self.routes:
             match = pattern.fullmatch(path)
             if match and verb == method:
                 return await action(  # type: ignore[no-any-return]  # the route table erases each action's type
-                    *match.groups(), namespace=namespace, query=query, body=body
+                    *match.groups(), namespace=namespace, query=query, body=body, acts=acts
                 )
         if any(p.fullmatch(path) for _, p, _, _ in self.routes):
             raise GatewayError(405, f"{method} is not allowed on {path}")
@@ -362,8 +382,11 @@ class Control:
         )
         return Reply(201 if resumed else 200, sandbox_json(sandbox, self.domain))
 
-    async def get(self, sandbox_id: str, *, namespace: str, **_: object) -> Reply:
-        return Reply(200, detail_json(await self.backend.get(namespace, sandbox_id), self.domain))
+    async def get(
+        self, sandbox_id: str, *, namespace: str, acts: Callable[[], Awaitable[bool]], **_: object
+    ) -> Reply:
+        sandbox = await self.backend.get(namespace, sandbox_id)
+        return Reply(200, detail_json(sandbox, self.domain, token=await acts()))
 
     async def list_all(self, *, namespace: str, query: dict[str, list[str]], **_: object) -> Reply:
         return page(await self.backend.list(namespace), query)

@@ -90,12 +90,21 @@ class Keys(Protocol):
     async def authorize(self, principal: Principal, route: str) -> None:
         """Raise 403 unless the principal may call this route (`Control.resolve`'s name)."""
 
+    async def acts(self, principal: Principal) -> bool:
+        """Whether the principal may act on its namespace's sandboxes, not only read them.
+
+        Only such a caller is given a sandbox's access token when it reads one.
+        """
+
 
 class BoundKeys:
     """A key may do anything with sandboxes in the one namespace it is bound to."""
 
     async def authorize(self, principal: Principal, route: str) -> None:
         pass
+
+    async def acts(self, principal: Principal) -> bool:  # noqa: ARG002  # any key may
+        return True
 
 
 class StaticKeys(BoundKeys):

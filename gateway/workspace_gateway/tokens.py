@@ -7,9 +7,11 @@ a user that is no ServiceAccount must name one. Every call is then checked with 
 SubjectAccessReview for the verb its route stands for on `workspacesandboxes` there, so a token
 can do no more through the gateway than its holder could with `kubectl`.
 
-Answers are cached briefly, so a burst of calls with one token costs one review; a burst of
-made-up tokens costs at most `MAX_IN_FLIGHT` reviews at a time. A revoked token or binding
-stops working within the cache's time.
+Answers are cached briefly, so a burst of calls with one token costs one review; a revoked
+token or binding stops working within the cache's time. Tokens the gateway has never seen
+authenticated are reviewed on a budget of their own (`MAX_STRANGERS_IN_FLIGHT` at a time) and
+refused ones are kept apart from accepted ones: a flood of made-up tokens neither queues ahead
+of a known caller's review nor evicts its cached answer.
 """
 
 import asyncio
@@ -35,6 +37,8 @@ TOKEN = re.compile(r"[\x21-\x7e]{16,16384}")
 CACHE_SECONDS = 10.0
 CACHE_SIZE = 4096
 MAX_IN_FLIGHT = 8
+MAX_STRANGERS_IN_FLIGHT = 2
+KNOWN_SECONDS = 3600.0  # a token seen authenticated this recently is reviewed as known
 
 # What each route (as `Control.resolve` names it) asks of `workspacesandboxes`. Connect reads
 # and extends, so it needs both; metrics only reads.
@@ -49,6 +53,10 @@ VERBS: dict[str, tuple[str, ...]] = {
     "POST /sandboxes/{id}/pause": ("patch",),
     "GET /sandboxes/{id}/metrics": ("get",),
 }
+
+# What a caller must be allowed to do on `workspacesandboxes` to be given a sandbox's access
+# token when it reads one (create and connect need create, and get and patch, anyway).
+ACT_VERB = "update"
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -155,9 +163,12 @@ class TokenReviews:
         self.authz = authz
         self.audiences = audiences
         tick = clock or (lambda: asyncio.get_running_loop().time())
-        self.users: Cache[str, User | None] = Cache(cache_size, cache_seconds, tick)
+        self.users: Cache[str, User] = Cache(cache_size, cache_seconds, tick)
+        self.refused: Cache[str, None] = Cache(cache_size, cache_seconds, tick)
+        self.known: Cache[str, None] = Cache(cache_size, KNOWN_SECONDS, tick)
         self.grants: Cache[tuple[User, str, str], bool] = Cache(cache_size, cache_seconds, tick)
         self._in_flight = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self._strangers = asyncio.Semaphore(MAX_STRANGERS_IN_FLIGHT)
 
     async def principal(self, given: str | None, namespace: str | None = None) -> Principal | None:
         if given is None or not TOKEN.fullmatch(given):
@@ -169,17 +180,26 @@ class TokenReviews:
 
     async def user(self, token: str) -> User | None:
         key = hashlib.sha256(token.encode()).hexdigest()  # the token itself is never kept
-        known, user = self.users.get(key)
-        if not known:
-            review = client.V1TokenReview(
-                spec=client.V1TokenReviewSpec(token=token, audiences=list(self.audiences) or None)
-            )
-            answer = await self._call(self.authn.create_token_review, review)
-            user = user_of(answer.status)
-            if user is not None and self.audiences:
-                granted = set(answer.status.audiences or ())
-                user = user if granted & set(self.audiences) else None
+        cached, user = self.users.get(key)
+        if cached:
+            return user
+        if self.refused.get(key)[0]:
+            return None
+        seen, _ = self.known.get(key)
+        review = client.V1TokenReview(
+            spec=client.V1TokenReviewSpec(token=token, audiences=list(self.audiences) or None)
+        )
+        budget = self._in_flight if seen else self._strangers
+        answer = await self._call(self.authn.create_token_review, review, budget)
+        user = user_of(answer.status)
+        if user is not None and self.audiences:
+            granted = set(answer.status.audiences or ())
+            user = user if granted & set(self.audiences) else None
+        if user is None:
+            self.refused.put(key, None)
+        else:
             self.users.put(key, user)
+            self.known.put(key, None)
         return user
 
     async def authorize(self, principal: Principal, route: str) -> None:
@@ -195,6 +215,16 @@ class TokenReviews:
                     f"{principal.namespace!r}",
                 )
 
+    async def acts(self, principal: Principal) -> bool:
+        """Whether it may `update` the namespace's sandboxes: Cozystack's view roles may not.
+
+        A read-only role (`cozy:tenant:view`, aggregated into every tenant role) must not be
+        handed a token that runs commands as root in the sandbox and reads its env vars.
+        """
+        if not isinstance(principal, TokenPrincipal):
+            return False
+        return await self.allowed(principal.user, principal.namespace, ACT_VERB)
+
     async def allowed(self, user: User, namespace: str, verb: str) -> bool:
         key = (user, namespace, verb)
         known, allowed = self.grants.get(key)
@@ -205,8 +235,10 @@ class TokenReviews:
             self.grants.put(key, allowed)
         return bool(allowed)
 
-    async def _call(self, method: Callable[[Any], Any], body: Any) -> Any:
-        async with self._in_flight:
+    async def _call(
+        self, method: Callable[[Any], Any], body: Any, budget: asyncio.Semaphore | None = None
+    ) -> Any:
+        async with budget or self._in_flight:
             try:
                 return await asyncio.to_thread(method, body)
             except ApiException as e:

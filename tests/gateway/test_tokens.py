@@ -24,7 +24,13 @@ from workspace_gateway.app import build_app
 from workspace_gateway.control import Control
 from workspace_gateway.errors import GatewayError
 from workspace_gateway.kubernetes_backend import PLURAL, KubernetesBackend, Settings
-from workspace_gateway.tokens import Cache, TokenReviews, User, namespace_for
+from workspace_gateway.tokens import (
+    MAX_STRANGERS_IN_FLIGHT,
+    Cache,
+    TokenReviews,
+    User,
+    namespace_for,
+)
 
 from tests.gateway import kube_fake
 from tests.gateway.stand_in import BASE, SEED, Platform, free_port
@@ -147,6 +153,40 @@ async def test_a_token_acts_in_its_service_account_s_namespace_and_sees_nothing_
         "message": f"{SA_B} may not get workspacesandboxes in namespace 'team-a'",
     }
     assert (await world.call("DELETE", f"/sandboxes/{sandbox_id}", TOKEN_A)).status_code == 204
+
+
+@pytest.mark.parametrize(
+    ("role", "verbs", "gets_token"),
+    [
+        # deploy/rbac-tenants.yaml: what Cozystack's tenant roles aggregate.
+        ("cozy:tenant:view", ("get", "list", "watch"), False),
+        (
+            "cozy:tenant:admin",
+            ("get", "list", "watch", "create", "update", "patch", "delete"),
+            True,
+        ),
+    ],
+)
+async def test_a_read_only_role_reads_a_sandbox_without_its_access_token(
+    world: World, role: str, verbs: tuple[str, ...], gets_token: bool
+) -> None:
+    world.grant(SA_A, "team-a", *EVERY_VERB)
+    created = await world.call("POST", "/sandboxes", TOKEN_A, json={"envVars": {"K": "secret"}})
+    assert created.status_code == 201, created.text
+    sandbox_id, token = created.json()["sandboxID"], created.json()["envdAccessToken"]
+    world.grant("group:developers", "team-a", *verbs)
+    read = await world.call(
+        "GET", f"/sandboxes/{sandbox_id}", TOKEN_ALICE, {"X-Sandbox-Namespace": "team-a"}
+    )
+    assert read.status_code == 200, (role, read.text)
+    assert read.json()["sandboxID"] == sandbox_id
+    assert ("envdAccessToken" in read.json()) is gets_token, role
+    if gets_token:
+        assert read.json()["envdAccessToken"] == token
+    assert world.verbs_reviewed()[-1] == ("alice@example.com", "team-a", "update")
+    # Without the token, the data plane stays shut to the reader.
+    plane = await world.http.get("/health", headers={"E2b-Sandbox-Id": sandbox_id})
+    assert plane.status_code == 401
 
 
 async def test_a_token_without_create_gets_403_and_nothing_is_written(world: World) -> None:
@@ -297,6 +337,46 @@ async def test_audiences_are_asked_for_and_a_token_for_another_one_is_refused(
     world.reviews.audiences = ("https://sandboxes.example.com",)
     world.clock.now += 60
     assert (await world.call("GET", "/v2/sandboxes", TOKEN_A)).status_code == 200
+
+
+class SlowAuthn:
+    """TokenReview that knows one token and holds every other one's review until released."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.reviews: list[str] = []
+
+    def create_token_review(self, review: client.V1TokenReview) -> Any:
+        self.reviews.append(review.spec.token)
+        if review.spec.token != TOKEN_A:
+            self.release.wait(10)
+            return client.V1TokenReview(spec=review.spec, status={"authenticated": False})
+        user = client.V1UserInfo(username=SA_A)
+        return client.V1TokenReview(
+            spec=review.spec, status=client.V1TokenReviewStatus(authenticated=True, user=user)
+        )
+
+
+async def test_a_flood_of_made_up_tokens_neither_holds_up_nor_evicts_a_known_caller() -> None:
+    authn, clock = SlowAuthn(), Clock()
+    reviews = TokenReviews(authn, None, clock=clock, cache_size=8)
+    assert await reviews.user(TOKEN_A) is not None  # seen authenticated once
+    flood = [
+        asyncio.ensure_future(reviews.user(f"eyJ.made-up-{n:04d}.signature")) for n in range(50)
+    ]
+    await asyncio.sleep(0.2)  # the first strangers' reviews are under way, the rest wait
+    assert len(authn.reviews) == 1 + MAX_STRANGERS_IN_FLIGHT
+    clock.now += 60  # the known caller's answer has expired: it must be reviewed again
+    began = time.monotonic()
+    again = await asyncio.wait_for(reviews.user(TOKEN_A), 5)
+    assert again is not None
+    assert time.monotonic() - began < 1
+    authn.release.set()
+    assert await asyncio.gather(*flood) == [None] * 50
+    # The refused ones are kept apart: the known caller's answer is still cached.
+    before = len(authn.reviews)
+    assert await reviews.user(TOKEN_A) is not None
+    assert len(authn.reviews) == before
 
 
 def test_the_cache_keeps_at_most_its_size_and_drops_the_oldest_first() -> None:
