@@ -561,22 +561,9 @@ def test_the_gateway_may_make_every_call_it_makes() -> None:
 
 
 def test_the_gateway_holds_nothing_it_does_not_use() -> None:
-    """Beyond its calls: watch (which a list-then-watch needs) and what the brief reserves."""
-    # Granted ahead of the code that uses them: Kubernetes tokens as keys, one reaper's Lease,
-    # and watching sandboxes and key Secrets instead of polling.
-    ahead = {
-        ("sandbox.cozystack.io", "workspacesandboxes", v)
-        for v in ("get", "list", "watch", "create", "update", "patch", "delete")
-    } | {
-        ("", "secrets", "get"),
-        ("", "secrets", "watch"),
-        ("authentication.k8s.io", "tokenreviews", "create"),
-        ("authorization.k8s.io", "subjectaccessreviews", "create"),
-        ("coordination.k8s.io", "leases", "create"),
-        ("coordination.k8s.io", "leases", "get"),
-        ("coordination.k8s.io", "leases", "update"),
-    }
-    assert granted().keys() - gateway_needs() <= ahead
+    """Its calls, and watch, which its list-then-watch of sandboxes needs; nothing more."""
+    ahead = {("sandbox.cozystack.io", "workspacesandboxes", "watch")}
+    assert granted().keys() - gateway_needs() == ahead
 
 
 def test_the_gateway_cannot_mint_or_revoke_keys() -> None:
@@ -644,7 +631,8 @@ def test_the_scan_catches_an_ungranted_call(
         gateway_needs()
     shutil.copy(ROOT / "gateway" / "workspace_gateway" / "keys.py", copied / "keys.py")
     assert ("", "secrets", "get") in gateway_needs()
-    assert gateway_needs() - granted().keys() == set()
+    assert gateway_needs() - granted().keys() == {("", "secrets", "get")}  # only list is granted
+    shutil.copy(ROOT / "gateway" / "workspace_gateway" / "cluster.py", copied / "cluster.py")
     with (copied / "cluster.py").open("a") as f:
         f.write("\n\ndef tamper(core):\n    core.replace_namespaced_lease('x', 'ns', {})\n")
     # update is granted only by name: the scan itself sees the grant, and the name test the name.
