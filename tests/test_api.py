@@ -6,6 +6,7 @@ enum value, bound, default or required flag added on one side only fails here.
 """
 
 import copy
+import re
 import types
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -24,7 +25,15 @@ from pydantic.fields import FieldInfo
 from function.errors import FieldError
 from function.model import parse
 from function.model.names import DnsSubdomain, LabelKey, LabelValue, PortName, SnapshotName
-from function.model.platform import Image, Placement, Runtime, SandboxPlatform
+from function.model.platform import (
+    DEFAULT_PYTHON,
+    USER_WRITABLE,
+    Image,
+    Interpreter,
+    Placement,
+    Runtime,
+    SandboxPlatform,
+)
 from function.model.quantity import parse_quantity
 from function.model.spec import (
     MAX_ALLOW_RULES,
@@ -533,6 +542,81 @@ _OCI = Image.model_fields["oci"].annotation
         pytest.param(
             INPUT_SCHEMA, "gateway.podLabels{}", LabelValue, "-x", False, id="label-value-dash"
         ),
+        pytest.param(
+            INPUT_SCHEMA, "agent.python", Interpreter, "/usr/bin/python3", True, id="python-default"
+        ),
+        pytest.param(
+            INPUT_SCHEMA,
+            "agent.python",
+            Interpreter,
+            "/opt/py-3.12/bin/python3.12",
+            True,
+            id="python-elsewhere",
+        ),
+        pytest.param(
+            INPUT_SCHEMA,
+            "agent.python",
+            Interpreter,
+            "/.venv/bin/python",
+            True,
+            id="python-hidden-part",
+        ),
+        pytest.param(
+            INPUT_SCHEMA,
+            "agent.python",
+            Interpreter,
+            "/workspacefoo/python3",
+            True,
+            id="python-beside-the-workspace",
+        ),
+        pytest.param(INPUT_SCHEMA, "agent.python", Interpreter, "python3", False, id="python-bare"),
+        pytest.param(
+            INPUT_SCHEMA,
+            "agent.python",
+            Interpreter,
+            "/usr/../workspace/python3",
+            False,
+            id="python-dot-dot",
+        ),
+        pytest.param(
+            INPUT_SCHEMA,
+            "agent.python",
+            Interpreter,
+            "/usr//bin/python3",
+            False,
+            id="python-empty-part",
+        ),
+        pytest.param(
+            INPUT_SCHEMA,
+            "agent.python",
+            Interpreter,
+            "/usr/bin/python3 -S",
+            False,
+            id="python-with-argument",
+        ),
+        pytest.param(
+            INPUT_SCHEMA,
+            "agent.python",
+            Interpreter,
+            "/workspace/.local/bin/python3",
+            False,
+            id="python-in-the-workspace",
+        ),
+        pytest.param(
+            INPUT_SCHEMA,
+            "agent.python",
+            Interpreter,
+            "/home/user/python3",
+            False,
+            id="python-in-a-home",
+        ),
+        *(
+            pytest.param(INPUT_SCHEMA, "agent.python", Interpreter, f"{p}/x", False, id=f"in-{p}")
+            for p in USER_WRITABLE
+        ),
+        pytest.param(
+            INPUT_SCHEMA, "agent.python", Interpreter, "/" + "p" * 255, False, id="python-too-long"
+        ),
     ],
 )
 def test_schema_and_model_agree_on_values(
@@ -545,6 +629,14 @@ def test_schema_and_model_agree_on_values(
         assert not valid
     else:
         assert valid
+
+
+def test_the_input_crd_refuses_the_interpreter_where_the_model_does() -> None:
+    (rule,) = node_at(INPUT_SCHEMA, "agent.python")["x-kubernetes-validations"]
+    listed = re.search(r"\[([^\]]*)\]", rule["rule"])
+    assert listed
+    assert tuple(p.strip(" '") for p in listed[1].split(",")) == USER_WRITABLE
+    assert node_at(INPUT_SCHEMA, "agent.python")["default"] == DEFAULT_PYTHON
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,8 @@ import pytest
 from crossplane.function.proto.v1 import run_function_pb2 as fnv1
 
 from function.fn import FunctionRunner
-from tests.support import NOW, platform_input, request, xr
+from function.model.platform import USER_WRITABLE
+from tests.support import AGENT_IMAGE, NOW, platform_input, request, xr
 
 KEY = (
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ59QzKAgaweWutMQQYQMAhdmOo8JHFmw4Y3BLQLyb4k alice@laptop"
@@ -863,6 +864,68 @@ async def test_broken_platform_input_is_one_fatal_result(
         (fnv1.SEVERITY_FATAL, message, "InvalidInput")
     ]
     assert not rsp.desired.resources
+
+
+def _not_plain(path: str) -> str:
+    return (
+        f"{path!r} must be a plain absolute path such as /usr/bin/python3 (letters, digits and "
+        "._+-, no empty, '.' or '..' part); a bare name is looked up on the image's PATH"
+    )
+
+
+def _writable(path: str, prefix: str) -> str:
+    return (
+        f"{path!r} is under {prefix}, which the sandbox's user can write; name the image's own "
+        "interpreter, such as /usr/bin/python3"
+    )
+
+
+@pytest.mark.parametrize(
+    ("python", "why"),
+    [
+        pytest.param("python3", _not_plain("python3"), id="bare-name"),
+        pytest.param("bin/python3", _not_plain("bin/python3"), id="relative"),
+        pytest.param(
+            "/usr/bin/../../workspace/python3",
+            _not_plain("/usr/bin/../../workspace/python3"),
+            id="dot-dot",
+        ),
+        pytest.param("/usr/./bin/python3", _not_plain("/usr/./bin/python3"), id="dot"),
+        pytest.param("/usr//bin/python3", _not_plain("/usr//bin/python3"), id="empty-part"),
+        pytest.param("/usr/bin/python3/", _not_plain("/usr/bin/python3/"), id="trailing-slash"),
+        pytest.param(
+            "/usr/bin/python3 -S", _not_plain("/usr/bin/python3 -S"), id="with-an-argument"
+        ),
+        pytest.param("/", _not_plain("/"), id="root"),
+        pytest.param(
+            "/workspace/.local/bin/python3",
+            _writable("/workspace/.local/bin/python3", "/workspace"),
+            id="workspace",
+        ),
+        pytest.param("/workspace", _writable("/workspace", "/workspace"), id="workspace-itself"),
+        # The temporary places, built so that no literal of them reads as a temporary file.
+        *(
+            pytest.param(f"{p}/python3", _writable(f"{p}/python3", p), id=f"under-{p}")
+            for p in USER_WRITABLE
+        ),
+    ],
+)
+async def test_an_agent_interpreter_the_user_could_replace_is_one_fatal_result(
+    python: str, why: str
+) -> None:
+    rsp = await run(xr({"preset": "kata"}), _input(agent={"image": AGENT_IMAGE, "python": python}))
+    assert [(r.severity, r.message, r.reason) for r in rsp.results] == [
+        (fnv1.SEVERITY_FATAL, f"input.agent.python: {why}", "InvalidInput")
+    ]
+    assert not rsp.desired.resources
+
+
+async def test_an_agent_interpreter_path_is_at_most_255_characters() -> None:
+    python = "/opt/" + "p" * 251
+    rsp = await run(xr(), _input(agent={"image": AGENT_IMAGE, "python": python}))
+    assert [(r.severity, r.message) for r in rsp.results] == [
+        (fnv1.SEVERITY_FATAL, "input.agent.python: String should have at most 255 characters")
+    ]
 
 
 async def test_allow_cidr_overlapping_the_site_deny_list_is_refused() -> None:

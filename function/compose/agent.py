@@ -5,13 +5,21 @@ twice. A VM attaches its `/disk/agent.img`, an ext4 filesystem, as a read-only v
 a fixed serial, so the guest finds it at `/dev/disk/by-id/virtio-<serial>` whatever else is
 attached; the boot script mounts it and runs the `boot.sh` on it, which starts the agent as a
 systemd service (`cloud_init.py`). A pod's init container copies `/opt/workspace-sandbox-agent/`
-into an emptyDir that the sandbox container mounts read-only and runs with its own `python3`.
-Either way the agent's bytes stay out of the desired state: the function only names the image.
+into an emptyDir that the sandbox container mounts read-only and runs with the image's
+interpreter, `input.agent.python`. Either way the agent's bytes stay out of the desired state:
+the function only names the image.
 
 The bundle is pure Python and abi3 wheels, so it runs on any CPython 3.11 or newer of the
-image's architecture. Without `input.agent`, a pod runs the `workspace-sandbox-agent` on its
-image's PATH (the reference image, `images/sandbox/Dockerfile`, installs it), and a VM gets no
-agent: a warning says so, and the VM has no readiness probe, since nothing would answer it.
+image's architecture. Without `input.agent`, a pod runs the image's own launcher, `IMAGE_LAUNCHER`
+(where the reference image, `images/sandbox/Dockerfile`, installs it), and a VM gets no agent: a
+warning says so, and the VM has no readiness probe, since nothing would answer it.
+
+A pod's agent never starts through PATH. A runtime looks a relative `command[0]` up on the
+image's PATH, and the reference image's PATH starts with `/workspace/.local/bin`, on the
+workspace disk the sandbox's code writes: a `python3` left there would run in the agent's
+place, and receive its token, from the next container start on, through suspend and resume
+too. So both commands name the interpreter or the launcher by absolute path outside everything
+the user can write (`platform.USER_WRITABLE`); the user's own PATH stays theirs.
 """
 
 from typing import Any
@@ -21,6 +29,9 @@ from function.model.platform import SandboxPlatform
 # The image's two layouts, and where a pod mounts its copy of the bundle.
 BUNDLE = "/opt/workspace-sandbox-agent"
 LAUNCHER = "workspace-sandbox-agent"
+# Where a pod image run without input.agent has its agent: an executable whose interpreter its
+# first line names by absolute path, isolated (`-I`), as the reference image installs it.
+IMAGE_LAUNCHER = f"/usr/local/bin/{LAUNCHER}"
 DISK_PATH = "/disk/agent.img"
 # virtio-blk serials are at most 20 characters of [A-Za-z0-9_.+-]; udev links the disk as
 # /dev/disk/by-id/virtio-<serial>, which no filesystem label on another disk can imitate.
@@ -55,13 +66,14 @@ def readiness_probe(platform: SandboxPlatform) -> dict[str, Any]:
 def pod_command(platform: SandboxPlatform) -> list[str]:
     """The sandbox container's command: the delivered bundle, or the image's own agent.
 
-    `python3 -I` ignores PYTHON* variables and the user's site-packages, which the workspace
-    (the pod's HOME) would hold. Not root, the agent acts as the pod's user alone.
+    Both by absolute path, never through the image's PATH. `-I` ignores PYTHON* variables and
+    the user's site-packages, which the workspace (the pod's HOME) would hold. Not root, the
+    agent acts as the pod's user alone.
     """
     args = ["--address", f"0.0.0.0:{platform.gateway.agent_port}", "--root", WORKSPACE]
     if platform.agent is None:
-        return [LAUNCHER, *args]
-    return ["python3", "-I", f"{BUNDLE}/{LAUNCHER}", *args]
+        return [IMAGE_LAUNCHER, *args]
+    return [platform.agent.python, "-I", f"{BUNDLE}/{LAUNCHER}", *args]
 
 
 def pod_mounts(platform: SandboxPlatform) -> list[dict[str, Any]]:

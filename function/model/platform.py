@@ -308,6 +308,36 @@ class Gateway(Model):
     agent_port: Port = 49983
 
 
+# What a pod sandbox's user can write: the workspace (mount, working directory and HOME), the
+# pod's /tmp, and the usual writable places of an image. The agent's interpreter is never there.
+USER_WRITABLE = ("/workspace", "/home", "/tmp", "/var/tmp", "/dev/shm")  # noqa: S108  # to refuse
+DEFAULT_PYTHON = "/usr/bin/python3"
+# Absolute, and plain: no empty, '.' or '..' part that would make two spellings of one file.
+_PLAIN_PATH = re.compile(r"(/(\.?[A-Za-z0-9_+-][A-Za-z0-9._+-]*|\.\.[A-Za-z0-9._+-]+))+")
+
+
+def under(path: str, prefixes: tuple[str, ...]) -> str | None:
+    """The first of `prefixes` that is `path` or one of its parents."""
+    return next((p for p in prefixes if path == p or path.startswith(f"{p}/")), None)
+
+
+def _interpreter(value: str) -> str:
+    if not _PLAIN_PATH.fullmatch(value):
+        raise ValueError(
+            f"{value!r} must be a plain absolute path such as {DEFAULT_PYTHON} (letters, digits "
+            "and ._+-, no empty, '.' or '..' part); a bare name is looked up on the image's PATH"
+        )
+    if found := under(value, USER_WRITABLE):
+        raise ValueError(
+            f"{value!r} is under {found}, which the sandbox's user can write; name the image's "
+            f"own interpreter, such as {DEFAULT_PYTHON}"
+        )
+    return value
+
+
+Interpreter = Annotated[str, Field(max_length=255), AfterValidator(_interpreter)]
+
+
 class AgentDelivery(Model):
     """Where sandboxes get the in-sandbox agent from: one image, two layouts.
 
@@ -317,6 +347,10 @@ class AgentDelivery(Model):
     """
 
     image: Annotated[str, AfterValidator(_pinned)]
+    # The pod image's CPython (3.11 or newer) that runs the copied bundle, by absolute path: a
+    # bare `python3` would be found on the image's PATH, whose first directories may be the
+    # user's. A VM's agent runs on the guest's python3, which systemd finds on its own PATH.
+    python: Interpreter = DEFAULT_PYTHON
 
 
 class SiteAddresses(Model):
@@ -481,7 +515,8 @@ class SandboxPlatform(Model):
     presets: Annotated[dict[DnsLabel, Preset], Field(min_length=1)]
     images: Annotated[dict[Annotated[str, Field(max_length=63)], Image], Field(min_length=1)]
     gateway: Gateway
-    # None: VMs get no agent (a warning says so), and pods run the one on their image's PATH.
+    # None: VMs get no agent (a warning says so), and pods run their image's own
+    # (compose/agent.py's IMAGE_LAUNCHER).
     agent: AgentDelivery | None = None
     network: PlatformNetwork = PlatformNetwork()
     disk_expansion: DiskExpansion | None = None

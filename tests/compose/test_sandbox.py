@@ -121,7 +121,7 @@ def test_a_delivered_agent_is_copied_in_first_and_run_read_only(preset: str) -> 
         "readOnly": True,
     }
     assert sandbox["command"] == [
-        "python3",
+        "/usr/bin/python3",
         "-I",
         "/opt/workspace-sandbox-agent/workspace-sandbox-agent",
         *AGENT_ARGS,
@@ -136,7 +136,7 @@ def test_without_a_delivered_agent_the_pod_runs_the_images_own(preset: str) -> N
     assert "initContainers" not in spec
     assert [v["name"] for v in spec["volumes"]] == ["workspace", "tmp"]
     assert [m["name"] for m in sandbox["volumeMounts"]] == ["workspace", "tmp"]
-    assert sandbox["command"] == ["workspace-sandbox-agent", *AGENT_ARGS]
+    assert sandbox["command"] == ["/usr/local/bin/workspace-sandbox-agent", *AGENT_ARGS]
     assert sandbox["readinessProbe"] == PROBE
 
 

@@ -154,7 +154,7 @@ def test_a_delivered_agent_reaches_the_wrapped_pod_hardened_and_schema_valid(p: 
     (copy_in,) = pod["initContainers"]
     assert copy_in["image"] == AGENT_IMAGE
     assert pod["containers"][0]["command"][:3] == [
-        "python3",
+        "/usr/bin/python3",
         "-I",
         "/opt/workspace-sandbox-agent/workspace-sandbox-agent",
     ]
