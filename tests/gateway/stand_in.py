@@ -80,6 +80,7 @@ class Platform:
         self.agents: dict[tuple[str, str], asyncio.subprocess.Process] = {}
         self.roots: dict[tuple[str, str], Path] = {}
         self.hosts = iter(range(2, 250))
+        self.hosts_of: dict[tuple[str, str], str] = {}
         self.delay = 0.0
         self.judge: Callable[[dict[str, Any]], str | None] = lambda _: None
         """What the function says of a sandbox it refuses (its FATAL message); None: nothing."""
@@ -118,12 +119,8 @@ class Platform:
             # A status lost to a whole-object write must not leave the old agent running.
             await self.stop(where)
             host = f"127.0.0.{next(self.hosts)}"
-            root = self.roots.get(where) or self._workspace(where)
-            self.agents[where] = await asyncio.create_subprocess_exec(
-                AGENT,
-                *("--address", f"{host}:{self.port}", "--root", str(root)),
-                *("--user", USER, "--log-level", "warning"),
-            )
+            self.hosts_of[where] = host
+            await self.start(where)
             ready = {
                 "type": "Ready",
                 "status": "True",
@@ -149,6 +146,20 @@ class Platform:
             os.chown(root, pwd.getpwnam(USER).pw_uid, pwd.getpwnam(USER).pw_gid)
         self.roots[where] = root
         return root
+
+    async def start(self, where: tuple[str, str]) -> None:
+        root = self.roots.get(where) or self._workspace(where)
+        self.agents[where] = await asyncio.create_subprocess_exec(
+            AGENT,
+            *("--address", f"{self.hosts_of[where]}:{self.port}", "--root", str(root)),
+            *("--user", USER, "--log-level", "warning"),
+        )
+
+    async def restart(self, where: tuple[str, str]) -> None:
+        """The agent alone restarts on its address (a crash, an OOM kill, a reboot inside the
+        guest) while the platform still reports the sandbox Running and Ready."""
+        await self.stop(where)
+        await self.start(where)
 
     async def stop(self, where: tuple[str, str]) -> None:
         # Forgotten only once it has exited: a stop cancelled half-way is finished by `close`.
