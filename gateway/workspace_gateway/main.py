@@ -208,6 +208,11 @@ def main(argv: list[str] | None = None) -> None:
 
         keys_cli.main(argv[1:])
         return
+    if argv[:1] == ["adopt"]:
+        from workspace_gateway import adopt_cli  # noqa: PLC0415  # only this command needs it
+
+        adopt_cli.main(argv[1:])
+        return
     args = parser().parse_args(argv)
     if args.local == args.kubernetes:
         sys.exit("workspace-sandbox-gateway: give exactly one of --local and --kubernetes")
