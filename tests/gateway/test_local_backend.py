@@ -1,6 +1,7 @@
 """The local backend's own bookkeeping and warm pools, with real agent processes."""
 
 import asyncio
+import base64
 import getpass
 import json
 import logging
@@ -16,6 +17,8 @@ from workspace_gateway.keys import StaticKeys
 from workspace_gateway.local_backend import LocalBackend, Pool, Temperature
 from workspace_gateway.main import find_agent
 from workspace_gateway.metrics import Metrics
+
+from tests.agent.sdk.conftest import STREAM, envelope, envelopes
 
 # As root the agents act as nobody, so that no command reads root's login profile.
 USER = "nobody" if os.geteuid() == 0 else getpass.getuser()
@@ -226,4 +229,58 @@ async def test_a_cancelled_top_up_leaves_no_member_no_process_and_no_count() -> 
         await backend.refill()
         assert len(backend.members["local", "base"]) == 3
     finally:
+        await backend.close()
+
+
+async def test_a_restarted_local_agent_is_closed_to_anyone_until_the_owner_s_next_call() -> None:
+    """`--local`, as the review reproduced it: the agent killed and started again on its port."""
+    agent = find_agent()
+    assert agent is not None
+    backend = LocalBackend(agent, USER)
+    again: asyncio.subprocess.Process | None = None
+    try:
+        made = await backend.create("local", NewSandbox("base", 60, env_vars={"K": "v"}))
+        entry = backend.entries[made.sandbox_id]
+        assert entry.process is not None and made.endpoint is not None
+        entry.process.kill()
+        await entry.process.wait()
+        address = made.endpoint.removeprefix("http://")
+        again = await asyncio.create_subprocess_exec(
+            str(agent),
+            *("--address", address, "--root", str(entry.workspace), "--user", USER),
+        )
+        async with httpx.AsyncClient(timeout=10) as http:
+            for _ in range(200):
+                try:
+                    await http.get(made.endpoint + "/health")
+                    break
+                except httpx.TransportError:
+                    await asyncio.sleep(0.05)
+            app = build_app(backend, http, keys=StaticKeys({}), domain="localhost")
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as gw:
+                plane = {"E2b-Sandbox-Id": made.sandbox_id, **STREAM}
+                body = envelope(
+                    {"process": {"cmd": "/bin/sh", "args": ["-c", "id -u"]}, "user": "root"}
+                )
+                anonymous = await gw.post("/process.Process/Start", content=body, headers=plane)
+                assert anonymous.status_code == 401
+                health = await http.get(made.endpoint + "/health")
+                assert health.headers["x-agent-initialized"] == "false"
+                script = {"process": {"cmd": "/bin/sh", "args": ["-c", 'printf %s "$K"']}}
+                owner = await gw.post(
+                    "/process.Process/Start",
+                    content=envelope(script),
+                    headers={**plane, "X-Access-Token": made.access_token},
+                )
+                assert owner.status_code == 200, owner.text
+                printed = b"".join(
+                    base64.b64decode(m.get("event", {}).get("data", {}).get("stdout", ""))
+                    for _, m in envelopes(owner)
+                )
+                assert printed == b"v"
+    finally:
+        if again is not None:
+            again.kill()
+            await again.wait()
         await backend.close()
