@@ -124,10 +124,11 @@ def test_an_unknown_sandbox_answers_e2b_s_502(gateway_url: str) -> None:
 
 
 def test_host_routing_reaches_the_sandbox(sandbox: Sandbox, gateway_url: str, key: str) -> None:
-    health = httpx.get(
-        gateway_url + "/health", headers={"Host": f"49983-{sandbox.sandbox_id}.e2b.localhost"}
-    )
+    host = {"Host": f"49983-{sandbox.sandbox_id}.e2b.localhost"}
+    token = {"X-Access-Token": sandbox._envd_access_token or ""}  # where the SDK keeps it
+    health = httpx.get(gateway_url + "/health", headers={**host, **token})
     assert health.status_code == 204
+    assert httpx.get(gateway_url + "/health", headers=host).status_code == 401
     api = httpx.get(
         gateway_url + f"/sandboxes/{sandbox.sandbox_id}",
         headers={"Host": "api.e2b.localhost", "X-API-Key": key},
