@@ -13,7 +13,7 @@ from pathlib import Path
 
 import uvicorn
 
-from workspace_gateway import __version__, exposition, proxy
+from workspace_gateway import __version__, exposition, http_protocol, proxy
 from workspace_gateway.app import build_app
 from workspace_gateway.backend import always, reap_forever, refill_forever
 from workspace_gateway.keys import KEY, Keys, StaticKeys, new_key
@@ -28,6 +28,7 @@ LOCAL_NAMESPACE = "local"
 KEEP_ALIVE_SECONDS = 640
 SHUTDOWN_GRACE_SECONDS = 3
 MAX_LOCAL_POOL = 64  # each member is an agent process on this machine
+MAX_HEAD_TIMEOUT = 600
 DOMAIN = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*")
 
 log = logging.getLogger("workspace_gateway")
@@ -55,6 +56,17 @@ def pool_size(text: str) -> int:
         msg = f"{text!r} is not a pool size from 0 to {MAX_LOCAL_POOL}"
         raise argparse.ArgumentTypeError(msg)
     return int(text)
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= MAX_HEAD_TIMEOUT:
+        msg = f"{text!r} is not a number of seconds above 0, at most {MAX_HEAD_TIMEOUT}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
 
 
 def domain(text: str) -> str:
@@ -95,6 +107,16 @@ def parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="serve Prometheus' /metrics on this second, plain-HTTP listener (default: none); "
         "never on --address",
+    )
+    p.add_argument(
+        "--head-timeout",
+        type=seconds,
+        default=http_protocol.HEAD_SECONDS,
+        metavar="SECONDS",
+        help="how long a request's head (line and headers, at most "
+        f"{http_protocol.MAX_HEAD_BYTES // 1024} KiB) may take to arrive: from the connection "
+        "for its first, from its first byte for the next (default "
+        f"{http_protocol.HEAD_SECONDS:.0f})",
     )
     local = p.add_argument_group("--local")
     local.add_argument(
@@ -288,7 +310,7 @@ async def serve(
         build_app(backend, http, keys=keys, domain=args.domain),
         host=host,
         port=port,
-        http="httptools",
+        http=http_protocol.bounded(args.head_timeout),
         lifespan="off",
         log_level=args.log_level,
         access_log=args.log_level == "debug",
