@@ -22,7 +22,8 @@ from workspace_gateway.tokens import NAMESPACE_HEADER
 
 log = logging.getLogger("workspace_gateway")
 
-HOST_ROUTE = re.compile(r"(?P<port>\d{1,5})-(?P<id>[a-z0-9]+)\.(?P<domain>.+)")
+HOST_ROUTE = re.compile(r"(?P<port>[0-9]{1,5})-(?P<id>[a-z0-9]+)\.(?P<domain>.+)")
+PORT = re.compile(r"[0-9]{1,5}")
 MAX_CONTROL_BODY = 1 << 20
 UNAUTHORIZED = GatewayError(401, "Invalid API key, please check your X-API-Key header")
 
@@ -44,7 +45,8 @@ def route(headers: dict[str, str], domain: str) -> Target | None:
     sandbox_id = headers.get("e2b-sandbox-id")
     if sandbox_id is not None:
         port = headers.get("e2b-sandbox-port", str(proxy.ENVD_PORT))
-        return Target(sandbox_id, int(port) if port.isdigit() else -1)
+        # Anything but a port (non-ASCII digits, thousands of them) is no port: a 502, not a 500.
+        return Target(sandbox_id, int(port) if PORT.fullmatch(port) else -1)
     host = headers.get("host", "").rsplit(":", 1)[0] if "]" not in headers.get("host", "") else ""
     match = HOST_ROUTE.fullmatch(host.lower())
     if match and match["domain"] == domain.lower():
@@ -61,8 +63,17 @@ def credential(scope: Scope) -> str | None:
     return token.strip() or None if scheme.lower() == "bearer" else None
 
 
-def build_app(backend: Backend, http: httpx.AsyncClient, *, keys: Keys, domain: str) -> ASGIApp:
+def build_app(
+    backend: Backend,
+    http: httpx.AsyncClient,
+    *,
+    keys: Keys,
+    domain: str,
+    streams: proxy.Streams | None = None,
+) -> ASGIApp:
+    """The gateway's ASGI app; `streams` caps the data plane's (default: proxy's defaults)."""
     control = Control(backend, domain)
+    streams = streams or proxy.Streams()
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -85,7 +96,14 @@ def build_app(backend: Backend, http: httpx.AsyncClient, *, keys: Keys, domain: 
                 entry.sandbox_id = target.sandbox_id
                 entry.route = f"{scope['method']} sandbox:{target.port} {scope['path']}"
                 await _sandbox(
-                    backend, http, target, entry, scope=scope, receive=receive, send=send
+                    backend,
+                    http,
+                    target,
+                    entry,
+                    scope=scope,
+                    receive=receive,
+                    send=send,
+                    streams=streams,
                 )
         except GatewayError as e:
             await respond_json(send, e.status, e.body())
@@ -133,6 +151,7 @@ async def _sandbox(
     scope: Scope,
     receive: Receive,
     send: Send,
+    streams: proxy.Streams | None = None,
 ) -> None:
     if proxy.internal(scope["path"]):
         raise GatewayError(403, f"{scope['path']} is not reachable from outside the sandbox")
@@ -158,4 +177,6 @@ async def _sandbox(
         scope=scope,
         receive=receive,
         send=send,
+        streams=streams,
+        tenant=sandbox.namespace,
     )

@@ -9,8 +9,8 @@ ones (answered 408), so that an idle keep-alive connection waits as uvicorn lets
 `timeout_keep_alive`, holding no head at all. Bodies need no such bound here: uvicorn stops
 reading a connection once 64 KiB of its body wait for the app.
 
-The protocol also hands the app its connection's write flow control (FLOW_EXTENSION), which the
-proxy waits on before reading more of a download than a stalled client has taken.
+The protocol also hands the app its connection's `Outbound` (FLOW_EXTENSION), which the proxy
+waits on before it reads more of a download than a stalled client has taken.
 """
 
 import asyncio
@@ -18,11 +18,27 @@ import json
 from typing import Any
 
 import httptools
+from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 MAX_HEAD_BYTES = 64 * 1024
 HEAD_SECONDS = 15.0
 FLOW_EXTENSION = "workspace_gateway.flow"
+
+
+class Outbound:
+    """What the app may know of its connection's writes: what the client has not yet taken."""
+
+    def __init__(self, transport: asyncio.Transport, flow: FlowControl) -> None:
+        self.transport = transport
+        self.flow = flow
+
+    def buffered(self) -> int:
+        return self.transport.get_write_buffer_size()
+
+    async def drained(self) -> None:
+        """Once the buffer is below its low-water mark; at once when it is not above its high."""
+        await self.flow.drain()
 
 
 class _HeadTooLargeError(Exception):
@@ -85,7 +101,8 @@ class BoundedHeadProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         # ASGI's extensions are the server's to add; uvicorn's types know only its own.
-        self.scope["extensions"] = {FLOW_EXTENSION: self.flow}  # type: ignore[dict-item]
+        outbound = Outbound(self.transport, self.flow)
+        self.scope["extensions"] = {FLOW_EXTENSION: outbound}  # type: ignore[dict-item]
 
     def on_headers_complete(self) -> None:
         self.in_head = False

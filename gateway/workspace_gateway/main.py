@@ -29,6 +29,7 @@ KEEP_ALIVE_SECONDS = 640
 SHUTDOWN_GRACE_SECONDS = 3
 MAX_LOCAL_POOL = 64  # each member is an agent process on this machine
 MAX_HEAD_TIMEOUT = 600
+MAX_STREAM_CAP = 1 << 20
 DOMAIN = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*")
 
 log = logging.getLogger("workspace_gateway")
@@ -54,6 +55,13 @@ def api_key(text: str) -> str:
 def pool_size(text: str) -> int:
     if not text.isdigit() or int(text) > MAX_LOCAL_POOL:
         msg = f"{text!r} is not a pool size from 0 to {MAX_LOCAL_POOL}"
+        raise argparse.ArgumentTypeError(msg)
+    return int(text)
+
+
+def stream_cap(text: str) -> int:
+    if not text.isdigit() or not 0 < int(text) <= MAX_STREAM_CAP:
+        msg = f"{text!r} is not a number of streams from 1 to {MAX_STREAM_CAP}"
         raise argparse.ArgumentTypeError(msg)
     return int(text)
 
@@ -117,6 +125,22 @@ def parser() -> argparse.ArgumentParser:
         f"{http_protocol.MAX_HEAD_BYTES // 1024} KiB) may take to arrive: from the connection "
         "for its first, from its first byte for the next (default "
         f"{http_protocol.HEAD_SECONDS:.0f})",
+    )
+    p.add_argument(
+        "--max-streams",
+        type=stream_cap,
+        default=proxy.MAX_STREAMS,
+        metavar="N",
+        help="data-plane requests under way at once, in all; one more is answered 429 "
+        f"(default {proxy.MAX_STREAMS})",
+    )
+    p.add_argument(
+        "--max-tenant-streams",
+        type=stream_cap,
+        default=proxy.MAX_TENANT_STREAMS,
+        metavar="N",
+        help="the same, per namespace of the sandboxes reached "
+        f"(default {proxy.MAX_TENANT_STREAMS})",
     )
     local = p.add_argument_group("--local")
     local.add_argument(
@@ -307,7 +331,13 @@ async def serve(
     host, port = args.address
     http = proxy.client()
     config = uvicorn.Config(
-        build_app(backend, http, keys=keys, domain=args.domain),
+        build_app(
+            backend,
+            http,
+            keys=keys,
+            domain=args.domain,
+            streams=proxy.Streams(args.max_streams, args.max_tenant_streams),
+        ),
         host=host,
         port=port,
         http=http_protocol.bounded(args.head_timeout),
