@@ -28,7 +28,8 @@ from workspace_gateway.tokens import NAMESPACE_HEADER
 
 log = logging.getLogger("workspace_gateway")
 
-HOST_ROUTE = re.compile(r"(?P<port>\d{1,5})-(?P<id>[a-z0-9]+)\.(?P<domain>.+)")
+HOST_ROUTE = re.compile(r"(?P<port>[0-9]{1,5})-(?P<id>[a-z0-9]+)\.(?P<domain>.+)")
+PORT = re.compile(r"[0-9]{1,5}")
 MAX_CONTROL_BODY = 1 << 20
 UNAUTHORIZED = GatewayError(401, "Invalid API key, please check your X-API-Key header")
 NO_CREDENTIAL = GatewayError(
@@ -53,7 +54,8 @@ def route(headers: dict[str, str], domain: str) -> Target | None:
     sandbox_id = headers.get("e2b-sandbox-id")
     if sandbox_id is not None:
         port = headers.get("e2b-sandbox-port", str(proxy.ENVD_PORT))
-        return Target(sandbox_id, int(port) if port.isdigit() else -1)
+        # Anything but a port (non-ASCII digits, thousands of them) is no port: a 502, not a 500.
+        return Target(sandbox_id, int(port) if PORT.fullmatch(port) else -1)
     host = headers.get("host", "").rsplit(":", 1)[0] if "]" not in headers.get("host", "") else ""
     match = HOST_ROUTE.fullmatch(host.lower())
     if match and match["domain"] == domain.lower():
@@ -99,8 +101,17 @@ class Reinits:
         return done
 
 
-def build_app(backend: Backend, http: httpx.AsyncClient, *, keys: Keys, domain: str) -> ASGIApp:
+def build_app(
+    backend: Backend,
+    http: httpx.AsyncClient,
+    *,
+    keys: Keys,
+    domain: str,
+    streams: proxy.Streams | None = None,
+) -> ASGIApp:
+    """The gateway's ASGI app; `streams` caps the data plane's (default: proxy's defaults)."""
     control = Control(backend, domain)
+    streams = streams or proxy.Streams()
     reinits = Reinits(backend)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -132,6 +143,7 @@ def build_app(backend: Backend, http: httpx.AsyncClient, *, keys: Keys, domain: 
                     scope=scope,
                     receive=receive,
                     send=send,
+                    streams=streams,
                 )
         except GatewayError as e:
             await respond_json(send, e.status, e.body())
@@ -181,6 +193,7 @@ async def _sandbox(
     scope: Scope,
     receive: Receive,
     send: Send,
+    streams: proxy.Streams | None = None,
 ) -> None:
     if proxy.internal(scope["path"]):
         raise GatewayError(403, f"{scope['path']} is not reachable from outside the sandbox")
@@ -224,4 +237,6 @@ async def _sandbox(
         receive=receive,
         send=send,
         reinit=reinits.run(sandbox),
+        streams=streams,
+        tenant=sandbox.namespace,
     )

@@ -18,6 +18,7 @@ from workspace_gateway.asgi import Message, Receive, Send
 
 log = logging.getLogger("workspace_gateway.audit")
 MAX_ROUTE = 200
+MAX_SANDBOX_ID = 64  # the data plane's comes from a header, unchecked: a line stays a line's size
 
 
 @dataclass
@@ -44,7 +45,7 @@ class Entry:
                 "time": self.at.isoformat().replace("+00:00", "Z"),
                 "keyId": self.key_id,
                 "namespace": self.namespace,
-                "sandboxId": self.sandbox_id,
+                "sandboxId": None if self.sandbox_id is None else self.sandbox_id[:MAX_SANDBOX_ID],
                 "route": self.route[:MAX_ROUTE],
                 "status": self.status,
                 "bytesIn": self.bytes_in,

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import uvicorn
 from prometheus_client import make_asgi_app
 
+from workspace_gateway import http_protocol
 from workspace_gateway.asgi import ASGIApp, Receive, Scope, Send, respond_json
 from workspace_gateway.metrics import Metrics
 
@@ -61,7 +62,7 @@ class MetricsServer(uvicorn.Server):
 def metrics_server(metrics: Metrics, log_level: str) -> MetricsServer:
     config = uvicorn.Config(
         build_metrics_app(metrics),
-        http="httptools",
+        http=http_protocol.bounded(),
         lifespan="off",
         log_level=log_level,
         access_log=log_level == "debug",

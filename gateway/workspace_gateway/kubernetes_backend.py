@@ -59,6 +59,7 @@ from workspace_gateway.kubernetes_pools import (
 )
 from workspace_gateway.metrics import Metrics
 from workspace_gateway.sandbox_cache import Allowance, Cache, Watcher
+from workspace_gateway.sandbox_view import MAX_CALLER_NOTES_BYTES, Projection, notes_bytes
 from workspace_gateway.templates import Template
 
 GROUP = "sandbox.cozystack.io"
@@ -71,6 +72,7 @@ TEMPLATE, STARTED, END, AUTO_PAUSE = (
     f"{PREFIX}{n}" for n in ("template", "started-at", "end-at", "auto-pause")
 )
 METADATA, ENV_VARS, MARK = f"{PREFIX}metadata", f"{PREFIX}env-vars", f"{PREFIX}mark"
+CACHED_LABELS = frozenset({ID_LABEL, POOL_LABEL, POOL_TEMPLATE_LABEL})
 ID_ALPHABET = string.ascii_lowercase + string.digits
 ID_LENGTH = 20
 AGENT_PORT = 49983
@@ -162,6 +164,14 @@ def _callers(
         METADATA: json.dumps(request.metadata, sort_keys=True),
         ENV_VARS: sealed.seal(seed, namespace, sandbox_id, request.env_vars),
     }
+    size = notes_bytes(annotations)
+    if size > MAX_CALLER_NOTES_BYTES:
+        # Past this the watch cache would not keep it (`sandbox_view`).
+        raise GatewayError(
+            400,
+            f"metadata and envVars are too large: {size} bytes once stored on the sandbox, "
+            f"at most {MAX_CALLER_NOTES_BYTES}",
+        )
     return annotations, spec
 
 
@@ -374,7 +384,9 @@ class KubernetesBackend:
         self.metrics = metrics
         self.core = core
         self.limits: dict[str, tuple[float, dict[str, int]]] = {}
-        self.cache = Cache(functools.partial(ours, seed=settings.seed))
+        self.cache = Cache(
+            functools.partial(ours, seed=settings.seed), Projection(CACHED_LABELS, PREFIX)
+        )
         self.watcher: Watcher | None = None
         self.fallbacks: Allowance | None = None
         self.closed = False

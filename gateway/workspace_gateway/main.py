@@ -13,7 +13,7 @@ from pathlib import Path
 
 import uvicorn
 
-from workspace_gateway import __version__, exposition, proxy
+from workspace_gateway import __version__, exposition, http_protocol, proxy
 from workspace_gateway.app import build_app
 from workspace_gateway.backend import always, reap_forever, refill_forever
 from workspace_gateway.keys import KEY, Keys, StaticKeys, new_key
@@ -28,6 +28,8 @@ LOCAL_NAMESPACE = "local"
 KEEP_ALIVE_SECONDS = 640
 SHUTDOWN_GRACE_SECONDS = 3
 MAX_LOCAL_POOL = 64  # each member is an agent process on this machine
+MAX_HEAD_TIMEOUT = 600
+MAX_STREAM_CAP = 1 << 20
 DOMAIN = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*")
 
 log = logging.getLogger("workspace_gateway")
@@ -55,6 +57,24 @@ def pool_size(text: str) -> int:
         msg = f"{text!r} is not a pool size from 0 to {MAX_LOCAL_POOL}"
         raise argparse.ArgumentTypeError(msg)
     return int(text)
+
+
+def stream_cap(text: str) -> int:
+    if not text.isdigit() or not 0 < int(text) <= MAX_STREAM_CAP:
+        msg = f"{text!r} is not a number of streams from 1 to {MAX_STREAM_CAP}"
+        raise argparse.ArgumentTypeError(msg)
+    return int(text)
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= MAX_HEAD_TIMEOUT:
+        msg = f"{text!r} is not a number of seconds above 0, at most {MAX_HEAD_TIMEOUT}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
 
 
 def domain(text: str) -> str:
@@ -95,6 +115,32 @@ def parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="serve Prometheus' /metrics on this second, plain-HTTP listener (default: none); "
         "never on --address",
+    )
+    p.add_argument(
+        "--head-timeout",
+        type=seconds,
+        default=http_protocol.HEAD_SECONDS,
+        metavar="SECONDS",
+        help="how long a request's head (line and headers, at most "
+        f"{http_protocol.MAX_HEAD_BYTES // 1024} KiB) may take to arrive: from the connection "
+        "for its first, from its first byte for the next (default "
+        f"{http_protocol.HEAD_SECONDS:.0f})",
+    )
+    p.add_argument(
+        "--max-streams",
+        type=stream_cap,
+        default=proxy.MAX_STREAMS,
+        metavar="N",
+        help="data-plane requests under way at once, in all; one more is answered 429 "
+        f"(default {proxy.MAX_STREAMS})",
+    )
+    p.add_argument(
+        "--max-tenant-streams",
+        type=stream_cap,
+        default=proxy.MAX_TENANT_STREAMS,
+        metavar="N",
+        help="the same, per namespace of the sandboxes reached "
+        f"(default {proxy.MAX_TENANT_STREAMS})",
     )
     local = p.add_argument_group("--local")
     local.add_argument(
@@ -290,10 +336,16 @@ async def serve(
     host, port = args.address
     http = proxy.client()
     config = uvicorn.Config(
-        build_app(backend, http, keys=keys, domain=args.domain),
+        build_app(
+            backend,
+            http,
+            keys=keys,
+            domain=args.domain,
+            streams=proxy.Streams(args.max_streams, args.max_tenant_streams),
+        ),
         host=host,
         port=port,
-        http="httptools",
+        http=http_protocol.bounded(args.head_timeout),
         lifespan="off",
         log_level=args.log_level,
         access_log=args.log_level == "debug",

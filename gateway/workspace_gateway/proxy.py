@@ -15,6 +15,7 @@ import httpx
 from workspace_gateway.asgi import Receive, Scope, Send, respond_json
 from workspace_gateway.backend import INITIALIZED
 from workspace_gateway.errors import GatewayError
+from workspace_gateway.http_protocol import FLOW_EXTENSION, Outbound
 
 ENVD_PORT = 49983
 # The orchestrator's own paths on envd: never reachable from outside.
@@ -39,30 +40,152 @@ GATEWAY_ONLY = frozenset({"x-api-key", "authorization"})
 # A request body up to this size is read whole before it is sent, so that it can be sent again
 # after an agent that restarted has been given its token back.
 REPLAY_BYTES = 64 << 10
-RESTARTED = GatewayError(503, "the sandbox's agent restarted during this upload; send it again")
+# Concurrent streams: a command, a watch or a file transfer each holds one while it runs.
+MAX_STREAMS = 4096
+MAX_TENANT_STREAMS = 1024
 IDLE_SECONDS = 600.0
 CLIENT_DEFAULTS = frozenset({"accept", "accept-encoding", "user-agent", "connection"})
 # How much one read of an agent's socket may take. httpcore's 64 KiB means a 64 MiB download
 # crosses httpcore, h11, httpx and the ASGI send a thousand times: a quarter of the gateway's
-# CPU on a download (BENCHMARKS.md). Memory stays bounded: each read is forwarded, and waits
-# for the client to drain, before the next.
+# CPU on a download (BENCHMARKS.md). So a download the client keeps up with (nothing left
+# unsent when the next read is due) reads this much at a time. A read is held until the client
+# takes it, and a client may stop taking at any moment, so reads that large are rationed across
+# all streams (LARGE_READS_BYTES); past that, or while a client lags, a stream reads
+# SMALL_READ_BYTES, and no stream reads again before its client has drained what it was sent.
 UPSTREAM_READ_BYTES = 1 << 20
+SMALL_READ_BYTES = 64 * 1024
+LARGE_READS_BYTES = 16 << 20
+
+
+# httpcore's network interface takes `timeout` arguments: ASYNC109 is about APIs of our own.
+class SizedStream(httpcore.AsyncNetworkStream):
+    """A connection to an agent whose reads take at most `read_bytes`, as the relay sets it."""
+
+    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
+        self.inner = inner
+        self.read_bytes = UPSTREAM_READ_BYTES
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109  # httpcore's signature
+        return await self.inner.read(min(max_bytes, self.read_bytes), timeout)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109  # httpcore's signature
+        await self.inner.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def start_tls(
+        self,
+        ssl_context: Any,
+        server_hostname: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109  # httpcore's signature
+    ) -> httpcore.AsyncNetworkStream:
+        return await self.inner.start_tls(ssl_context, server_hostname, timeout)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self.inner.get_extra_info(info)
+
+
+class _SizedBackend(httpcore.AsyncNetworkBackend):
+    def __init__(self) -> None:
+        self.inner = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109  # httpcore's signature
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore.AsyncNetworkStream:
+        stream = await self.inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        return SizedStream(stream)
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109  # httpcore's signature
+        socket_options: Any = None,
+    ) -> httpcore.AsyncNetworkStream:
+        return SizedStream(await self.inner.connect_unix_socket(path, timeout, socket_options))
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)
 
 
 def client() -> httpx.AsyncClient:
     """One pool for all sandboxes; reads and writes may idle up to ten minutes.
 
-    The read size is a class attribute of httpcore's HTTP/1.1 connection, read through `self`
-    on each read; its pinned version has no other way to set it. The backends' own small calls
-    to agents share it, harmlessly: a read returns what has arrived, it never waits to fill.
+    httpcore asks its connection for READ_NUM_BYTES, a class attribute read through `self` on
+    each read, which its pinned version has no other way to set; each connection is a
+    `SizedStream`, which the relay narrows. httpx gives its pool no network backend, so the
+    transport's pool is made again with one. The backends' own small calls to agents share
+    it, harmlessly: a read returns what has arrived, it never waits to fill.
     """
     httpcore.AsyncHTTP11Connection.READ_NUM_BYTES = UPSTREAM_READ_BYTES
+    transport = httpx.AsyncHTTPTransport()
+    transport._pool = httpcore.AsyncConnectionPool(  # see above
+        max_connections=None, max_keepalive_connections=100, network_backend=_SizedBackend()
+    )
     return httpx.AsyncClient(
+        transport=transport,
         timeout=httpx.Timeout(IDLE_SECONDS, connect=10.0),
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=100),
         follow_redirects=False,
         trust_env=False,
     )
+
+
+class LargeReads:
+    """The large reads all streams may hold at once: LARGE_READS_BYTES, UPSTREAM_READ_BYTES each."""
+
+    def __init__(self, budget: int = LARGE_READS_BYTES) -> None:
+        self.left = budget
+
+    def take(self) -> bool:
+        if self.left < UPSTREAM_READ_BYTES:
+            return False
+        self.left -= UPSTREAM_READ_BYTES
+        return True
+
+    def give(self) -> None:
+        self.left += UPSTREAM_READ_BYTES
+
+
+class Streams:
+    """The data-plane requests under way, at most `most` in all and `per_tenant` a namespace.
+
+    One over either is answered 429 at once, E2B's shape for a limit (the SDK raises its
+    RateLimitException), rather than queued: a queue would hold the very connections and
+    memory the caps exist to bound, and the SDK retries nothing by itself either way.
+    """
+
+    def __init__(self, most: int = MAX_STREAMS, per_tenant: int = MAX_TENANT_STREAMS) -> None:
+        self.most = most
+        self.per_tenant = per_tenant
+        self.total = 0
+        self.by_tenant: dict[str, int] = {}
+        self.large_reads = LargeReads()
+
+    def refusal(self, tenant: str) -> str | None:
+        """Why a new stream of `tenant` may not start now; None: it is admitted, and counted."""
+        if self.total >= self.most:
+            return f"the gateway is serving its limit of {self.most} sandbox streams; retry later"
+        if self.by_tenant.get(tenant, 0) >= self.per_tenant:
+            return (
+                f"the namespace has {self.per_tenant} sandbox streams open, its limit; "
+                "retry once one ends"
+            )
+        self.total += 1
+        self.by_tenant[tenant] = self.by_tenant.get(tenant, 0) + 1
+        return None
+
+    def release(self, tenant: str) -> None:
+        self.total -= 1
+        left = self.by_tenant[tenant] - 1
+        if left:
+            self.by_tenant[tenant] = left
+        else:
+            del self.by_tenant[tenant]
 
 
 def internal(path: str) -> bool:
@@ -143,8 +266,12 @@ async def forward(
     receive: Receive,
     send: Send,
     reinit: Callable[[], Awaitable[None]],
+    streams: Streams | None = None,
+    tenant: str = "",
 ) -> None:
     """Stream this request to `endpoint` (the agent's base URL) and its answer back.
+
+    With `streams`, only as one of `tenant`'s (its namespace's) admitted streams.
 
     An agent that answers `X-Agent-Initialized: false` has restarted since the gateway's last
     `/init`: `reinit` gives it back its token and env vars, and the request is sent again.
@@ -152,6 +279,31 @@ async def forward(
     uploads) is read whole first; a bigger one streams through, and is answered 503 if the
     agent turned out to have restarted, for the caller to send again.
     """
+    if streams is None:
+        await _forward(http, sandbox_id, endpoint, scope, receive, send, reinit)
+        return
+    refused = streams.refusal(tenant)
+    if refused is not None:
+        await respond_json(send, 429, {"code": 429, "message": refused})
+        return
+    try:
+        await _forward(
+            http, sandbox_id, endpoint, scope, receive, send, reinit, streams.large_reads
+        )
+    finally:
+        streams.release(tenant)
+
+
+async def _forward(  # noqa: PLR0917  # forward's parts, passed on as they came
+    http: httpx.AsyncClient,
+    sandbox_id: str,
+    endpoint: str,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    reinit: Callable[[], Awaitable[None]],
+    reads: LargeReads | None = None,
+) -> None:
     path: str = scope["path"]
     query: bytes = scope.get("query_string", b"")
     url = endpoint + (scope.get("raw_path") or path.encode()).decode("latin-1")
@@ -179,14 +331,23 @@ async def forward(
         await response.aclose()
         await reinit()
         if not isinstance(content, bytes | None):
-            raise RESTARTED
+            raise GatewayError(
+                503, "the sandbox's agent restarted during this upload; send it again"
+            )
     try:
-        await _answer(response, receive, send)
+        outbound = (scope.get("extensions") or {}).get(FLOW_EXTENSION)
+        await _answer(response, receive, send, outbound, reads)
     finally:
         await response.aclose()
 
 
-async def _answer(response: httpx.Response, receive: Receive, send: Send) -> None:
+async def _answer(
+    response: httpx.Response,
+    receive: Receive,
+    send: Send,
+    outbound: Outbound | None,
+    reads: LargeReads | None,
+) -> None:
     headers = [
         (name, value)
         for name, value in response.headers.raw
@@ -194,7 +355,7 @@ async def _answer(response: httpx.Response, receive: Receive, send: Send) -> Non
     ]
     await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
     watch = asyncio.ensure_future(_disconnected(receive))
-    relay = asyncio.ensure_future(_relay(response, send))
+    relay = asyncio.ensure_future(_relay(response, send, outbound, reads))
     try:
         await asyncio.wait({watch, relay}, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -204,9 +365,37 @@ async def _answer(response: httpx.Response, receive: Receive, send: Send) -> Non
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-async def _relay(response: httpx.Response, send: Send) -> None:
+async def _relay(
+    response: httpx.Response, send: Send, outbound: Outbound | None, reads: LargeReads | None
+) -> None:
+    """The answer's body to the client, each read sized by how the client keeps up (see above).
+
+    Without an `Outbound` (another server) or a ration, every read may be large.
+    """
+    stream = response.extensions.get("network_stream")
+    sized = stream if isinstance(stream, SizedStream) else None
+    large = False
+    chunks = response.aiter_raw()
     try:
-        async for chunk in response.aiter_raw():
+        while True:
+            if sized is not None and outbound is not None and reads is not None:
+                await outbound.drained()  # then at most uvicorn's 64 KiB high-water mark is unsent
+                keeps_up = outbound.buffered() == 0
+                if large and not keeps_up:
+                    reads.give()
+                    large = False
+                elif keeps_up and not large:
+                    large = reads.take()
+                sized.read_bytes = UPSTREAM_READ_BYTES if large else SMALL_READ_BYTES
+            try:
+                chunk = await anext(chunks)
+            except StopAsyncIteration:
+                return
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
     except httpx.TransportError:
         return
+    finally:
+        if large and reads is not None:
+            reads.give()
+        if sized is not None:
+            sized.read_bytes = UPSTREAM_READ_BYTES

@@ -7,6 +7,11 @@ its own, never the event loop's executor, which every request's API call needs. 
 goes to the event loop with `call_soon_threadsafe`; the cache is only ever read and written
 there, so no lock guards it and a waiter can look, then wait, without missing a change.
 
+Lists are paginated (LIST_PAGE objects a page, so a list's peak is a page's, not the
+cluster's), and a 410 on a page's continue token lists again from the start. The cache keeps
+each object's view (`sandbox_view`), computed on the watch thread as it reads, never the object:
+an object whose view is over budget is not cached, and is logged once.
+
 The cache is a hint, never the authority: the backend falls back to the API server on a miss
 (see `KubernetesBackend.locate`) and while waiting for a change that does not come.
 """
@@ -25,12 +30,17 @@ from urllib3.response import BaseHTTPResponse
 
 Key = tuple[str, str]  # (namespace, name)
 Obj = dict[str, Any]
+Seen = tuple[Key, Obj | None]  # an object's key and its view; None: over budget, not kept
 
 GONE = 410
 WATCH_SECONDS = 300  # the server ends each watch after this; the thread then resumes it
 READ_SLACK_SECONDS = 30  # a silent connection this much past that is dead, not idle
 CONNECT_SECONDS = 10
 LIST_SECONDS = 60
+# client-go's informers page by 500; objects here may carry 256 KiB of annotations each, so
+# a page of 100 bounds a list's peak to about 25 MiB of JSON, whatever the cluster holds.
+LIST_PAGE = 100
+LIST_RESTARTS = 3  # continue tokens expired this many times in a row: back off, then list again
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 30.0
 STOP_SECONDS = 5.0
 HEALTHY_SECONDS = 1.0
@@ -43,14 +53,30 @@ class GoneError(Exception):
 
 
 class Cache:
-    """(namespace, name) -> object, kept by the watch thread; for the event loop's thread only."""
+    """(namespace, name) -> the object's view, kept by the watch thread; for the event loop only.
 
-    def __init__(self, keep: Callable[[Mapping[str, Any]], bool]) -> None:
+    `project` makes the view (None when over budget), on the watch thread (`seen`); `keep`
+    decides on the view which objects are kept at all.
+    """
+
+    def __init__(
+        self,
+        keep: Callable[[Mapping[str, Any]], bool],
+        project: Callable[[Mapping[str, Any]], Obj | None],
+    ) -> None:
         self.keep = keep
+        self.project = project
         self.objects: dict[Key, Obj] = {}
         self.names: dict[str, set[Key]] = {}
+        self.oversized: set[Key] = set()
+        """Objects left out for their size, each logged once while it stays so."""
         self.synced = asyncio.Event()
         self.waiters: dict[Key, set[asyncio.Future[None]]] = {}
+
+    def seen(self, obj: Mapping[str, Any]) -> Seen | None:
+        """What the cache is handed for an object read: thread-safe, touching no state."""
+        key = _key(obj)
+        return None if key is None else (key, self.project(obj))
 
     def get(self, key: Key) -> Obj | None:
         return self.objects.get(key)
@@ -59,25 +85,27 @@ class Cache:
         """Every namespace's object of this name: `locate`'s candidates."""
         return [self.objects[k] for k in self.names.get(name, ())]
 
-    def replace(self, items: Iterable[Obj]) -> None:
+    def replace(self, items: Iterable[Seen]) -> None:
         """A fresh list: whatever it lacks is gone."""
         before = set(self.objects)
+        logged = self.oversized
         self.objects.clear()
         self.names.clear()
-        for obj in items:
-            self._store(obj)
+        self.oversized = set()
+        for key, view in items:
+            self._store(key, view, logged)
         self.synced.set()
         for key in before | set(self.objects):
             self._wake(key)
 
-    def apply(self, kind: str, obj: Obj) -> None:
+    def apply(self, kind: str, seen: Seen) -> None:
         """One watch event: ADDED, MODIFIED or DELETED."""
-        key = _key(obj)
-        if key is None:
-            return
+        key, view = seen
         self._forget(key)
         if kind != "DELETED":
-            self._store(obj)
+            self._store(key, view, self.oversized)
+        else:
+            self.oversized.discard(key)
         self._wake(key)
 
     async def change(self, key: Key, seconds: float) -> bool:
@@ -95,10 +123,16 @@ class Cache:
                 self.waiters.pop(key, None)
         return True
 
-    def _store(self, obj: Obj) -> None:
-        key = _key(obj)
-        if key is not None and self.keep(obj):
-            self.objects[key] = obj
+    def _store(self, key: Key, view: Obj | None, logged: set[Key]) -> None:
+        if view is None:
+            if key not in logged:
+                # The data plane then finds it only through `locate`'s rate-limited direct list.
+                log.warning("%s/%s: larger than the gateway caches; not cached", *key)
+            self.oversized.add(key)
+            return
+        self.oversized.discard(key)
+        if self.keep(view):
+            self.objects[key] = view
             self.names.setdefault(key[1], set()).add(key)
 
     def _forget(self, key: Key) -> None:
@@ -200,13 +234,39 @@ class Watcher:
                 pause = min(pause * 2, BACKOFF_MAX)
 
     def _list(self) -> str:
-        listed = self.listing(_request_timeout=(CONNECT_SECONDS, LIST_SECONDS))
-        items = [dict(o) for o in listed.get("items") or []]
-        self._hand(self.cache.replace, items)
-        version = (listed.get("metadata") or {}).get("resourceVersion")
+        """Every page, each object's view made as it is read; the version the list is at."""
+        for _ in range(LIST_RESTARTS):
+            try:
+                seen, version = self._pages()
+            except GoneError:
+                continue  # a continue token expired between two pages: from the start
+            self._hand(self.cache.replace, seen)
+            return version
+        raise ValueError(f"the list's continue token expired {LIST_RESTARTS} times in a row")
+
+    def _pages(self) -> tuple[list[Seen], str]:
+        seen: list[Seen] = []
+        token: str | None = None
+        while True:
+            options: dict[str, Any] = {"limit": LIST_PAGE}
+            if token:
+                options["_continue"] = token
+            try:
+                listed = self.listing(**options, _request_timeout=(CONNECT_SECONDS, LIST_SECONDS))
+            except ApiException as e:
+                if e.status == GONE and token:
+                    raise GoneError from None
+                raise
+            seen += [s for o in listed.get("items") or [] if (s := self.cache.seen(o)) is not None]
+            del listed["items"]  # the page's objects go now, not at the next page
+            metadata = listed.get("metadata") or {}
+            token = metadata.get("continue") or None
+            if token is None:
+                break
+        version = metadata.get("resourceVersion")
         if not isinstance(version, str) or not version:
             raise ValueError("the list carried no resourceVersion")
-        return version
+        return seen, version
 
     def _watch(self, version: str) -> tuple[str, bool]:
         """Follow one watch until the server ends it; the last version seen, and if it was healthy.
@@ -251,8 +311,8 @@ class Watcher:
             if obj.get("code") == GONE:
                 raise GoneError
             raise ValueError(f"the watch ended with {obj.get('code')}: {obj.get('message')}")
-        if kind in {"ADDED", "MODIFIED", "DELETED"}:
-            self._hand(self.cache.apply, kind, obj)
+        if kind in {"ADDED", "MODIFIED", "DELETED"} and (seen := self.cache.seen(obj)):
+            self._hand(self.cache.apply, kind, seen)
         return _version(obj) or version  # a BOOKMARK only moves the version on
 
     def _hand(self, method: Callable[..., None], *args: Any) -> None:

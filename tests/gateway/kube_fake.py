@@ -9,6 +9,7 @@ a call the gateway makes that a real API server would serve differently shows up
 The real `kubernetes` client talks to it through a kubeconfig written by `kubeconfig`.
 """
 
+import base64
 import copy
 import itertools
 import json
@@ -70,6 +71,8 @@ class Cluster:
         self.authority = Authority()
         self.history = History()
         """What watches send."""
+        self.lists: list[dict[str, str]] = []
+        """The query of every list across all namespaces (watches aside), in order."""
 
     def put(self, key: Key, obj: dict[str, Any]) -> dict[str, Any]:
         obj.setdefault("metadata", {})["resourceVersion"] = str(next(self.versions))
@@ -127,13 +130,39 @@ def answer(
         if every is None or method != "GET":
             return status(404, "NotFound", f"no route {path}")
         items = [o for o in cluster.resource(every["plural"]) if selected(o, selector)]
-        return 200, {"kind": "List", "metadata": listed_version(cluster), "items": items}
+        return page(cluster, items, parse_qs(query))
     plural, ns, name = found["plural"], found["ns"], found["name"]
     if found["group"] == LEASE_GROUP:
         return leases(cluster, method, (plural, ns, name or ""), body, content_type)
     if name is None:
         return collection(cluster, method, (plural, ns, ""), selector, body)
     return item(cluster, method, (plural, ns, name), body, content_type)
+
+
+def page(cluster: Cluster, items: list[dict[str, Any]], query: dict[str, list[str]]) -> Answer:
+    """A list, one page of `limit` at a time in (namespace, name) order, as the API server pages.
+
+    The continue token names the last object served and the version the list began at; one
+    from before a `compact` is answered 410 Gone, as an expired token is.
+    """
+    cluster.lists.append({k: v[0] for k, v in query.items()})
+    limit = int((query.get("limit") or ["0"])[0])
+    token = (query.get("continue") or [""])[0]
+    metadata = listed_version(cluster)
+    items = sorted(items, key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]))
+    if token:
+        began, last = json.loads(base64.b64decode(token))
+        if int(began) < cluster.history.oldest:
+            return status(410, "Expired", "the provided continue parameter is too old")
+        metadata["resourceVersion"] = began
+        items = [o for o in items if [o["metadata"]["namespace"], o["metadata"]["name"]] > last]
+    if limit and len(items) > limit:
+        items = items[:limit]
+        last = [items[-1]["metadata"]["namespace"], items[-1]["metadata"]["name"]]
+        metadata["continue"] = base64.b64encode(
+            json.dumps([metadata["resourceVersion"], last]).encode()
+        ).decode()
+    return 200, {"kind": "List", "metadata": metadata, "items": items}
 
 
 def collection(

@@ -19,7 +19,7 @@ from workspace_gateway.kubernetes_backend import (
 )
 from workspace_gateway.templates import Template, TemplateError, parse, quantity
 
-from tests.gateway import stand_in
+from tests.gateway import kube_fake, stand_in
 from tests.gateway.stand_in import KEY_A, KEY_B, SEED, World
 
 world = stand_in.world  # the fake cluster, the stand-in platform and a gateway with API keys
@@ -262,9 +262,19 @@ async def test_sandbox_ids_that_are_not_ids_never_reach_the_cluster(world: World
 
 
 async def test_what_the_cluster_refuses_is_a_400_that_says_why(world: World) -> None:
+    invalid = "spec.image: Invalid value: must be at most 63 characters"
+    world.cluster.authority.refusals[PLURAL] = kube_fake.status(422, "Invalid", invalid)
+    answer = await world.call("POST", "/sandboxes", KEY_A, json={})
+    assert answer.status_code == 400
+    assert answer.json()["message"] == f"the platform refused the sandbox: {invalid}"
+    assert world.cluster.resource(PLURAL) == []
+
+
+async def test_metadata_and_env_vars_past_what_the_cache_keeps_are_refused_first(
+    world: World,
+) -> None:
     huge = {"notes": "x" * 300_000}
     answer = await world.call("POST", "/sandboxes", KEY_A, json={"metadata": huge})
     assert answer.status_code == 400
-    assert answer.json()["message"].startswith("the platform refused the sandbox: ")
-    assert "metadata.annotations: Too long" in answer.json()["message"]
-    assert world.cluster.resource(PLURAL) == []
+    assert answer.json()["message"].startswith("metadata and envVars are too large: ")
+    assert not [p for m, p, _ in world.cluster.requests if m == "POST" and p.endswith(PLURAL)]

@@ -31,16 +31,18 @@ from workspace_gateway.kubernetes_backend import (
     AUTO_PAUSE,
     END,
     ID_LABEL,
+    MARK,
     PLURAL,
     STARTED,
     TEMPLATE,
     KubernetesBackend,
     Settings,
+    mark,
 )
 from workspace_gateway.lease import Elector
 
 from tests.gateway import kube_fake
-from tests.gateway.stand_in import eventually, free_port
+from tests.gateway.stand_in import SEED, eventually, free_port
 
 NAMESPACE = "sandbox-gateway"
 KEY = ("leases", NAMESPACE, lease.NAME)
@@ -328,7 +330,7 @@ async def test_a_leader_that_cannot_reach_the_api_stops_leading_by_its_deadline(
 async def test_two_gateways_on_one_cluster_delete_an_expired_sandbox_once(fake: Fake) -> None:
     sandbox_id = "a" * 20
     expired_sandbox(fake.cluster, sandbox_id)
-    settings = Settings(templates={}, seed=b"a test seed")
+    settings = Settings(templates={}, seed=SEED)
     gateways = []
     for name in ("one", "two"):
         backend = KubernetesBackend(
@@ -394,6 +396,7 @@ def expired_sandbox(cluster: kube_fake.Cluster, sandbox_id: str) -> None:
         STARTED: (ended - timedelta(minutes=5)).isoformat(),
         END: ended.isoformat(),
         AUTO_PAUSE: "false",
+        MARK: mark(SEED, "team-a", sandbox_id),
     }
     metadata = {"name": sandbox_id, "namespace": "team-a", "labels": {ID_LABEL: sandbox_id}}
     obj = {
@@ -411,7 +414,7 @@ async def test_a_leader_that_loses_the_lead_mid_round_deletes_no_more(fake: Fake
     answers = iter([True])
     backend = KubernetesBackend(
         client.CustomObjectsApi(fake.api()),
-        Settings(templates={}, seed=b"a test seed"),
+        Settings(templates={}, seed=SEED),
         httpx.AsyncClient(),
     )
     await backend.reap(datetime.now(UTC), lambda: next(answers, False))

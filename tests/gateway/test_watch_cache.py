@@ -163,6 +163,7 @@ async def test_locate_answers_from_the_cache_and_bounds_the_lists_a_miss_costs(
     watched.put("team-a", A, phase="Running")
     watched.backend.start()
     await eventually(watched.backend.cache.synced.is_set)
+    await eventually(lambda: len(watched.cluster.history.watches) == 1)  # the list's, then its
     before = len(watched.cluster.requests)
     for _ in range(20):
         found = await watched.backend.locate(A)
