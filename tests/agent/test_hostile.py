@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from workspace_agent.process import ProcessService
-from workspace_agent.server import MAX_PROCESS_MESSAGE, build_app
+from workspace_agent.server import MAX_PROCESS_MESSAGE, build_app, is_local
 from workspace_agent.state import Agent
 from workspace_agent.users import Users
 
@@ -190,10 +190,30 @@ async def test_with_remote_only_a_local_peer_gets_nothing_but_health(host: str) 
 
 async def test_with_remote_only_a_remote_peer_is_served() -> None:
     async with remote_only(("192.0.2.7", 40000)) as client:  # TEST-NET: nobody's address
-        r = await client.post("/filesystem.Filesystem/Stat", json={"path": "/"}, headers=RPC)
-        assert r.status_code == 200, r.text
         r = await client.post("/init", json={"accessToken": "t"})
         assert r.status_code == 204
+        r = await client.post(
+            "/filesystem.Filesystem/Stat",
+            json={"path": "/"},
+            headers={**RPC, "X-Access-Token": "t"},
+        )
+        assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize(
+    ("host", "local"),
+    [
+        ("127.0.0.1", True),
+        ("::1", True),
+        ("::ffff:127.0.0.1", True),  # a dual-stack listener's IPv4 loopback peer
+        ("::ffff:192.0.2.7", False),
+        ("192.0.2.7", False),
+        ("2001:db8::7", False),
+        ("not-an-address", True),
+    ],
+)
+def test_which_peers_are_local(host: str, local: bool) -> None:
+    assert is_local((host, 40000)) is local
 
 
 @needs_root
