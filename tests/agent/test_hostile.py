@@ -9,7 +9,6 @@ import gzip
 import os
 import socket
 import struct
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -22,14 +21,11 @@ from workspace_agent.state import Agent
 from workspace_agent.users import Users
 
 from tests.agent.sdk.conftest import (
-    AGENT,
     NOBODY,
     STREAM,
     Running,
     envelope,
     envelopes,
-    free_port,
-    needs_root,
 )
 
 MIB = 1 << 20
@@ -214,25 +210,3 @@ async def test_with_remote_only_a_remote_peer_is_served() -> None:
 )
 def test_which_peers_are_local(host: str, local: bool) -> None:
     assert is_local((host, 40000)) is local
-
-
-@needs_root
-def test_the_remote_only_flag_refuses_the_loopback(workspace: Path) -> None:
-    port = free_port()
-    args = ["--address", f"127.0.0.1:{port}", "--root", str(workspace), "--user", "nobody"]
-    process = subprocess.Popen([AGENT, *args, "--remote-only", "--log-level", "warning"])
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                assert httpx.get(url + "/health").status_code == 204
-                break
-            except httpx.TransportError:
-                assert time.monotonic() < deadline, "the agent did not answer /health"
-                time.sleep(0.05)
-        r = httpx.post(url + "/process.Process/List", json={}, headers=RPC)
-        assert (r.status_code, r.json()["code"]) == (403, "permission_denied")
-    finally:
-        process.terminate()
-        process.wait(10)

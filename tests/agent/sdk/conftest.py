@@ -135,10 +135,11 @@ def start(
     as_uid: int | None = None,
     wrapper: tuple[str, ...] = (),
     init: bool = True,
+    options: tuple[str, ...] = (),
 ) -> Running:
     """The agent on a free port, once it answers, `/init`ed with `TOKEN` unless `init` is false.
 
-    `wrapper` runs first and execs the agent.
+    `wrapper` runs first and execs the agent; `options` go on its command line.
     """
     port = free_port()
     args = [
@@ -150,6 +151,7 @@ def start(
         user,
         "--log-level",
         "warning",
+        *options,
     ]
     if as_uid is None:
         command = [*wrapper, str(AGENT), *args]
