@@ -71,8 +71,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--remote-only",
         action="store_true",
-        help="refuse every request but /health from this machine's own addresses: a VM's root "
-        "agent, which the sandbox's users must not reach",
+        help="close every connection from this machine's own addresses at accept, /health "
+        "included: a VM's root agent, which the sandbox's users must not reach",
     )
     p.add_argument(
         "--head-timeout",
