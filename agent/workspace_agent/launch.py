@@ -199,10 +199,20 @@ def _in_child(user: User | None, cwd: Path | None, *, terminal: bool) -> Callabl
 
 
 def lose_oom_protection() -> None:
-    """Raise this process's `oom_score_adj` to 0 if it is below: the agent's is not for commands."""
-    fd = os.open(OOM_SCORE_ADJ, os.O_RDWR)
+    """Raise this process's `oom_score_adj` to 0 if it is below: the agent's is not for commands.
+
+    Read first, and opened for writing only when it must change: an agent that changed its ids
+    after its start (as the tests' pod agent does) is not dumpable, its /proc files are root's,
+    and only reading them is open to it.
+    """
+    fd = os.open(OOM_SCORE_ADJ, os.O_RDONLY)
     try:
-        if int(os.read(fd, 32)) < 0:
-            os.write(fd, b"0")
+        if int(os.read(fd, 32)) >= 0:
+            return
+    finally:
+        os.close(fd)
+    fd = os.open(OOM_SCORE_ADJ, os.O_WRONLY)
+    try:
+        os.write(fd, b"0")
     finally:
         os.close(fd)
