@@ -42,6 +42,7 @@ HEAD = b"GET /health HTTP/1.1\r\nHost: agent\r\n\r\n"
 # What holding HALF_HEADS connections may cost, and what may be left once they are gone.
 RSS_BOUND = 24 * MIB
 FDS_LEFT = 4
+HEAD_SECONDS = 3  # the deadline the test gives the agent for a request head
 
 
 def rss(pid: int) -> int:
@@ -139,13 +140,13 @@ def test_with_remote_only_local_connections_are_closed_before_a_byte_is_read(
 
 
 def test_a_request_head_not_finished_by_the_deadline_is_closed(workspace: Path) -> None:
-    running = start(workspace, options=("--head-timeout", "2"))
+    running = start(workspace, options=("--head-timeout", str(HEAD_SECONDS)))
     pid = running.process.pid
     try:
         before_rss, before_fds = rss(pid), fds(pid)
         opened = half_heads(port_of(running))
         try:
-            assert not any(closed(s, within=0.01) for s in opened[:10])  # still waiting
+            assert not any(closed(s, within=0.01) for s in opened[-10:])  # still waiting
             time.sleep(0.5)
             held_fds, held_rss = fds(pid) - before_fds, rss(pid) - before_rss
             started = time.monotonic()
@@ -163,7 +164,7 @@ def test_a_request_head_not_finished_by_the_deadline_is_closed(workspace: Path) 
         )
         assert held_fds >= HALF_HEADS - FDS_LEFT  # all accepted, and held until the deadline
         assert held_rss < RSS_BOUND
-        assert took < 4
+        assert took < HEAD_SECONDS + 2
         assert left <= FDS_LEFT
         assert grown < RSS_BOUND
         assert running.get("/health").status_code == 204
