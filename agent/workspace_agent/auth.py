@@ -2,8 +2,10 @@
 
 `/init` is the gateway's: the first call is taken on trust (the sandbox has just started and only
 the gateway can reach it), and from then on only a caller presenting the current token may call
-it again, to rotate the token or change the defaults. A body is checked whole before anything
-changes, so a bad field never leaves half the settings applied.
+it again, to rotate the token or change the defaults. The first call must set a token: an agent
+without one serves no one (`server.py`), and an `/init` that left it so would open nothing but
+let anyone who came next set the token. A body is checked whole before anything changes, so a
+bad field never leaves half the settings applied.
 
 `/files` takes either the token in `X-Access-Token` or a signature made with it, so that a URL
 can be handed to something that holds no token: `v1_` and the unpadded base64 of
@@ -48,8 +50,8 @@ def authorize_files(
 ) -> None:
     """Let a `/files` request through with the token or a valid, unexpired signature."""
     token = session.access_token
-    if token is None:
-        return
+    if token is None:  # the app refuses every /files before /init; never open without a token
+        raise AgentError(Code.UNAUTHENTICATED, "the sandbox's agent has not been initialised")
     presented = header(scope, "x-access-token")
     if presented:
         if session.token_matches(presented):
@@ -146,13 +148,20 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
 
 
 async def init(agent: Agent, scope: Scope, receive: Receive, send: Send) -> None:
-    if not agent.session.token_matches(header(scope, "x-access-token")):
+    first = not agent.session.initialised
+    if not first and not agent.session.token_matches(header(scope, "x-access-token")):
         await respond_error(
             send, AgentError(Code.UNAUTHENTICATED, "invalid or missing access token")
         )
         return
     try:
-        apply_init(agent, parse_init(await _read_body(receive, MAX_INIT_BODY)))
+        request = parse_init(await _read_body(receive, MAX_INIT_BODY))
+        if first and request.access_token is None:
+            raise AgentError(
+                Code.INVALID_ARGUMENT,
+                "accessToken is required: the agent has none yet, and serves no one without it",
+            )
+        apply_init(agent, request)
     except AgentError as e:
         await respond_error(send, e)
         return

@@ -63,12 +63,17 @@ async def respond_json(send: Send, status: int, value: object) -> None:
     await respond(send, status, json.dumps(value).encode(), JSON)
 
 
-async def respond_error(send: Send, error: AgentError) -> None:
+async def respond_error(
+    send: Send, error: AgentError, headers: tuple[tuple[bytes, bytes], ...] = ()
+) -> None:
     """The error body envd sends: the HTTP status as `code`, mapped by the SDK to exceptions."""
-    await respond_json(send, error.status, {"code": error.status, "message": error.message})
+    body = json.dumps({"code": error.status, "message": error.message}).encode()
+    await respond(send, error.status, body, JSON, headers)
 
 
-async def respond_connect_error(send: Send, error: AgentError) -> None:
+async def respond_connect_error(
+    send: Send, error: AgentError, headers: tuple[tuple[bytes, bytes], ...] = ()
+) -> None:
     """A Connect error before any RPC handling: the unary error shape, which streams accept too."""
     code = Code(error.code).name.lower()
     await respond(
@@ -76,4 +81,5 @@ async def respond_connect_error(send: Send, error: AgentError) -> None:
         error.status if error.code != Code.RESOURCE_EXHAUSTED else 429,
         json.dumps({"code": code, "message": error.message}).encode(),
         b"application/json",
+        headers,
     )

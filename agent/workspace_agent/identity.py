@@ -12,6 +12,13 @@ every path component and every link, files and directories created belong to the
 `chown`, no window between creating and chowning), and an open file stays readable or writable
 after the thread switches back: open as the user, stream the descriptor afterwards.
 
+Changing the filesystem ids drops only the capabilities that override file permissions; the
+thread would keep root's others, and some of them open files too: with `CAP_SYS_PTRACE`,
+`/proc/<a root process>/cwd` leads behind a directory only root may enter. So the thread also
+empties its effective capabilities (`capset(2)`, per thread like the rest, by the raw system
+call), and keeps them permitted, so that it can take them back afterwards. It does that last on
+the way in, and takes them back first on the way out, as setting ids needs them.
+
 A dedicated pool of threads does this work. Each job verifies the thread is root on the way in,
 switches, runs, switches back and verifies again. A thread that cannot be put back is never used
 again: it reports the failure and ends, and a fresh one is started from the event loop's thread,
@@ -40,8 +47,11 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-# setgroups(2) by architecture; the generic table (arm64, riscv) shares one number.
+# System call numbers by architecture; the generic table (arm64, riscv) shares one number.
 SETGROUPS = {"x86_64": 116, "aarch64": 159, "riscv64": 159}
+CAPGET = {"x86_64": 125, "aarch64": 90, "riscv64": 90}
+CAPSET = {"x86_64": 126, "aarch64": 91, "riscv64": 91}
+_CAPABILITY_VERSION_3 = 0x20080522  # 64 bits of each set, as two 32-bit halves
 _UNCHANGED = 0xFFFFFFFF  # (uid_t)-1: changes nothing, and the call answers the current value
 MAX_WORKERS = 16
 
@@ -51,22 +61,36 @@ class Credentials:
     uid: int
     gid: int
     groups: tuple[int, ...]
+    capabilities: int = 0
+    """The effective set, as a bit mask: a user's is empty."""
 
     @classmethod
     def of(cls, user: User) -> "Credentials":
         return cls(user.uid, user.gid, tuple(sorted(set(user.groups))))
 
 
+class _CapHeader(ctypes.Structure):
+    _fields_ = (("version", ctypes.c_uint32), ("pid", ctypes.c_int))
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = (
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    )
+
+
 class _Kernel:
-    """The calling thread's filesystem credentials, through libc and one raw system call."""
+    """The calling thread's filesystem credentials and capabilities: libc and raw system calls."""
 
     def __init__(self) -> None:
-        number = SETGROUPS.get(platform.machine())
-        if number is None:
-            raise AgentError(
-                Code.INTERNAL, f"acting as users is not supported on {platform.machine()}"
-            )
-        self._setgroups = number
+        machine = platform.machine()
+        if machine not in SETGROUPS:
+            raise AgentError(Code.INTERNAL, f"acting as users is not supported on {machine}")
+        self._setgroups = SETGROUPS[machine]
+        self._capget = CAPGET[machine]
+        self._capset = CAPSET[machine]
         libc = ctypes.CDLL(None, use_errno=True)
         self._setfsuid = libc.setfsuid
         self._setfsgid = libc.setfsgid
@@ -81,19 +105,47 @@ class _Kernel:
             self._setfsuid(_UNCHANGED),
             self._setfsgid(_UNCHANGED),
             tuple(sorted(set(os.getgroups()))),  # getgroups(2) answers for this thread
+            self._capabilities()[0],
         )
 
     def assume(self, want: Credentials) -> None:
-        """Switch this thread to `want` and check that the kernel took each part."""
+        """Switch this thread to `want` and check that the kernel took each part.
+
+        Capabilities `want` has and this thread lacks come back first, as the ids need them to
+        change; the effective set becomes exactly `want`'s last.
+        """
+        effective, _ = self._capabilities()
+        if want.capabilities & ~effective:
+            self._set_effective(effective | want.capabilities)
         groups = (ctypes.c_uint * len(want.groups))(*want.groups)
         if self._syscall(ctypes.c_long(self._setgroups), ctypes.c_size_t(len(want.groups)), groups):
             err = ctypes.get_errno()
             raise OSError(err, f"setgroups: {os.strerror(err)}")
         self._setfsgid(want.gid)
         self._setfsuid(want.uid)
+        self._set_effective(want.capabilities)
         got = self.current()
         if got != want:
             raise OSError(f"filesystem credentials are {got}, not {want}")
+
+    def _capabilities(self) -> tuple[int, tuple[_CapData, _CapData]]:
+        """This thread's effective set, and all three sets as capget(2) gave them."""
+        header = _CapHeader(_CAPABILITY_VERSION_3, 0)  # pid 0: the calling thread
+        data = (_CapData * 2)()
+        if self._syscall(ctypes.c_long(self._capget), ctypes.byref(header), data):
+            err = ctypes.get_errno()
+            raise OSError(err, f"capget: {os.strerror(err)}")
+        return data[0].effective | data[1].effective << 32, (data[0], data[1])
+
+    def _set_effective(self, effective: int) -> None:
+        """Make `effective` this thread's effective set; the other two sets stay as they are."""
+        _, (low, high) = self._capabilities()
+        low.effective, high.effective = effective & 0xFFFFFFFF, effective >> 32
+        header = _CapHeader(_CAPABILITY_VERSION_3, 0)
+        data = (_CapData * 2)(low, high)
+        if self._syscall(ctypes.c_long(self._capset), ctypes.byref(header), data):
+            err = ctypes.get_errno()
+            raise OSError(err, f"capset: {os.strerror(err)}")
 
 
 Job = tuple["Future[Any]", Credentials, Callable[[], Any]]

@@ -3,6 +3,12 @@
 The command runs as given (the SDK sends `/bin/bash -l -c <cmd>`), with no wrapper: envd's
 `oom_score_adj` shell prefix fails under kubelet-managed pods and then runs nothing. Each command
 leads a session of its own, so a signal to its process group reaches what it started.
+
+A VM's agent runs with a strongly negative `oom_score_adj` (its systemd unit), so that a
+command that eats the memory is what the kernel kills, not the agent. Commands must not inherit
+that protection: the child raises its own score to 0 before it execs, as root still (once it is
+the user, its /proc files are root's and it could not), which needs no privilege. A score at or
+above 0, such as the kubelet's in a pod, is left as it is: lowering it would need privilege.
 """
 
 import os
@@ -20,6 +26,7 @@ from workspace_agent.users import User
 # envd hands its own PATH on; ours may name the agent's venv, which is no business of commands.
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TERM = "xterm-256color"
+OOM_SCORE_ADJ = "/proc/self/oom_score_adj"
 
 
 @dataclass(frozen=True)
@@ -152,12 +159,11 @@ def _popen(
             cwd=None if enter else launch.cwd,
             env=launch.env,
             start_new_session=True,
-            # A chdir and an ioctl on modules already imported need no lock that another
-            # thread could hold at the fork.
-            preexec_fn=_in_child(enter, terminal=launch.terminal is not None),  # noqa: PLW1509  # see above: no lock to hold
-            user=user.uid if privileged else None,
-            group=user.gid if privileged else None,
-            extra_groups=list(user.groups) if privileged else None,
+            # System calls on modules already imported need no lock that another thread could
+            # hold at the fork.
+            preexec_fn=_in_child(  # noqa: PLW1509  # see above: no lock to hold
+                user if privileged else None, enter, terminal=launch.terminal is not None
+            ),
         )
     except OSError as e:  # the executable, or the cwd (then named)
         where = f": {e.filename}" if e.filename not in (None, launch.argv[0]) else ""
@@ -166,24 +172,47 @@ def _popen(
         ) from None
     except ValueError as e:  # a NUL byte in an argument
         raise AgentError(Code.INVALID_ARGUMENT, f"cannot start {launch.argv[0]!r}: {e}") from None
-    except subprocess.SubprocessError:  # _in_child failed; it was checked to be a directory
+    except subprocess.SubprocessError:  # _in_child failed; the cwd was checked to be a directory
         raise AgentError(
             Code.INVALID_ARGUMENT if enter else Code.INTERNAL,
             f"cwd '{enter}' is not accessible to {user.name}"
             if enter
-            else "could not give the command its terminal",
+            else f"could not prepare the command's process for {user.name}",
         ) from None
 
 
-def _in_child(cwd: Path | None, *, terminal: bool) -> Callable[[], None] | None:
-    """What runs between fork and exec, after the switch to the user, if anything must."""
-    if cwd is None and not terminal:
-        return None
+def _in_child(user: User | None, cwd: Path | None, *, terminal: bool) -> Callable[[], None]:
+    """What runs between fork and exec: the OOM score, the user, its cwd, the terminal."""
 
     def run() -> None:
+        lose_oom_protection()
+        if user is not None:
+            os.setgroups(list(user.groups))
+            os.setresgid(user.gid, user.gid, user.gid)
+            os.setresuid(user.uid, user.uid, user.uid)
         if cwd is not None:
             os.chdir(cwd)
         if terminal:
             pty.take_control()
 
     return run
+
+
+def lose_oom_protection() -> None:
+    """Raise this process's `oom_score_adj` to 0 if it is below: the agent's is not for commands.
+
+    Read first, and opened for writing only when it must change: an agent that changed its ids
+    after its start (as the tests' pod agent does) is not dumpable, its /proc files are root's,
+    and only reading them is open to it.
+    """
+    fd = os.open(OOM_SCORE_ADJ, os.O_RDONLY)
+    try:
+        if int(os.read(fd, 32)) >= 0:
+            return
+    finally:
+        os.close(fd)
+    fd = os.open(OOM_SCORE_ADJ, os.O_WRONLY)
+    try:
+        os.write(fd, b"0")
+    finally:
+        os.close(fd)

@@ -1,8 +1,14 @@
-"""`workspace-sandbox-agent`: serve envd's protocol on one address, over one workspace root."""
+"""`workspace-sandbox-agent`: serve envd's protocol on one address, over one workspace root.
+
+Started by systemd's socket activation (a VM's agent), it serves on the listening socket systemd
+holds and passes as fd 3 (sd_listen_fds(3)), so that the port stays systemd's while the agent
+restarts and no local user can take it in between; else it binds `--address` itself.
+"""
 
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import socket
 import sys
@@ -11,6 +17,7 @@ from pathlib import Path
 import uvicorn
 
 from workspace_agent import ENVD_VERSION, __version__
+from workspace_agent.connections import Limits, config_options
 from workspace_agent.errors import AgentError
 from workspace_agent.process import ProcessService
 from workspace_agent.server import build_app
@@ -22,6 +29,9 @@ DEFAULT_PORT = 49983
 KEEP_ALIVE_SECONDS = 640
 # On shutdown, streams still open after this long (a watcher, a slow client) are cancelled.
 SHUTDOWN_GRACE_SECONDS = 3
+# sd_listen_fds(3): the first socket systemd passes.
+SD_LISTEN_FDS_START = 3
+LISTEN_VARIABLES = ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES")
 
 log = logging.getLogger("workspace_agent")
 
@@ -44,7 +54,8 @@ def parser() -> argparse.ArgumentParser:
         "--address",
         type=address,
         default=("0.0.0.0", DEFAULT_PORT),  # noqa: S104  # the pod's or VM's own address
-        help=f"HOST:PORT to listen on (default 0.0.0.0:{DEFAULT_PORT})",
+        help=f"HOST:PORT to listen on (default 0.0.0.0:{DEFAULT_PORT}), unless started by "
+        "systemd's socket activation, which passes the socket to serve on",
     )
     p.add_argument(
         "--root",
@@ -60,8 +71,23 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--remote-only",
         action="store_true",
-        help="refuse every request but /health from this machine's own addresses: a VM's root "
-        "agent, which the sandbox's users must not reach",
+        help="close every connection from this machine's own addresses at accept, /health "
+        "included: a VM's root agent, which the sandbox's users must not reach",
+    )
+    p.add_argument(
+        "--head-timeout",
+        type=float,
+        default=Limits.head_seconds,
+        metavar="SECONDS",
+        help="close a connection whose request head is not complete this long after its first "
+        f"byte (default {Limits.head_seconds:g})",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=Limits.max_connections,
+        metavar="N",
+        help=f"close new connections at accept while N are open (default {Limits.max_connections})",
     )
     p.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
@@ -89,17 +115,48 @@ def main(argv: list[str] | None = None) -> None:
     except AgentError as e:
         sys.exit(f"workspace-sandbox-agent: --user: {e.message}")
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
-    asyncio.run(serve(agent, args.address, args.log_level))
+    limits = Limits(head_seconds=args.head_timeout, max_connections=args.max_connections)
+    asyncio.run(serve(agent, args.address, args.log_level, limits, inherited_socket()))
 
 
-async def serve(agent: Agent, where: tuple[str, int], log_level: str) -> None:
+def inherited_socket() -> socket.socket | None:
+    """The listening socket systemd passed to this process, if it did; None otherwise.
+
+    The variables are removed either way, and the socket is not inherited by commands: neither
+    is theirs to see.
+    """
+    pid, count = (os.environ.pop(name, None) for name in LISTEN_VARIABLES[:2])
+    os.environ.pop(LISTEN_VARIABLES[2], None)
+    if pid is None or count is None or pid != str(os.getpid()):  # none, or not meant for us
+        return None
+    if count != "1":
+        sys.exit(f"workspace-sandbox-agent: systemd passed {count} sockets, not 1")
+    try:
+        sock = socket.socket(fileno=SD_LISTEN_FDS_START)
+    except OSError as e:
+        sys.exit(f"workspace-sandbox-agent: systemd's socket (fd 3): {e.strerror}")
+    sock.set_inheritable(False)
+    if sock.type != socket.SOCK_STREAM or not sock.getsockopt(
+        socket.SOL_SOCKET, socket.SO_ACCEPTCONN
+    ):
+        sys.exit("workspace-sandbox-agent: systemd's fd 3 is not a listening stream socket")
+    return sock
+
+
+async def serve(
+    agent: Agent,
+    where: tuple[str, int],
+    log_level: str,
+    limits: Limits,
+    inherited: socket.socket | None = None,
+) -> None:
     processes = ProcessService(agent)
     host, port = where
     config = uvicorn.Config(
         build_app(agent, processes),
         host=host,
         port=port,
-        http="h11",
+        **config_options(limits, remote_only=agent.remote_only),
         lifespan="off",
         log_level=log_level,
         access_log=log_level == "debug",
@@ -107,9 +164,11 @@ async def serve(agent: Agent, where: tuple[str, int], log_level: str) -> None:
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
         server_header=False,
     )
+    if inherited is not None:
+        host, port = inherited.getsockname()[:2]
     log.info("serving envd %s on %s:%d over %s", ENVD_VERSION, host, port, agent.root)
     try:
-        await Server(config, processes).serve()
+        await Server(config, processes).serve(None if inherited is None else [inherited])
     finally:
         await processes.close()
 

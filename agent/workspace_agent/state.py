@@ -17,9 +17,15 @@ class Session:
     workdir: Path | None = None
     """The default working directory, when `/init` named one; else the workspace root."""
 
+    @property
+    def initialised(self) -> bool:
+        """Whether `/init` has set an access token; until then the agent serves no one."""
+        return self.access_token is not None
+
     def token_matches(self, presented: str | None) -> bool:
+        """Whether `presented` is the access token: never while there is none."""
         if self.access_token is None:
-            return True
+            return False
         return presented is not None and secrets.compare_digest(
             presented.encode(), self.access_token.encode()
         )

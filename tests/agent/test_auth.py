@@ -1,6 +1,7 @@
 """`/init` and the access token: trusted once, then only for whoever holds the token."""
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -10,7 +11,7 @@ from workspace_agent.server import build_app
 from workspace_agent.state import Agent
 from workspace_agent.users import Users
 
-from tests.agent.sdk.conftest import NOBODY, Running
+from tests.agent.sdk.conftest import NOBODY, ROOT, TOKEN, Running, start, stop
 
 STAT = "/filesystem.Filesystem/Stat"
 FIRST, SECOND, WRONG = "first", "second", "wrong"  # tokens
@@ -18,6 +19,7 @@ RPC_HEADERS = {"content-type": "application/json", "connect-protocol-version": "
 
 
 def stat(agent: Running, path: str, token: str | None = None) -> httpx.Response:
+    """Stat `path` with `token`, or, without one, with whatever token `agent` holds."""
     headers = RPC_HEADERS | ({"X-Access-Token": token} if token else {})
     return agent.post(STAT, json={"path": path}, headers=headers)
 
@@ -29,50 +31,108 @@ def write(agent: Running, path: str, token: str | None = None, **params: str) ->
     )
 
 
-def test_before_init_everything_is_open(agent: Running) -> None:
-    assert stat(agent, ".").status_code == 200
-    assert write(agent, "open.txt").status_code == 200
-    assert agent.get("/nowhere").status_code == 404
+@pytest.fixture
+def fresh(workspace: Path) -> Iterator[Running]:
+    """The agent as every boot and restart leaves it: running, never `/init`ed."""
+    if not ROOT:
+        pytest.skip("the VM agent runs as root")
+    running = start(workspace, init=False)
+    yield running
+    stop(running)
 
 
-def test_the_token_from_init_is_then_required_everywhere_but_health(agent: Running) -> None:
-    assert agent.post("/init", json={"accessToken": "first"}).status_code == 204
+NOT_INITIALISED = "the sandbox's agent has not been initialised"
 
-    assert agent.get("/health").status_code == 204
+
+def test_before_init_the_agent_refuses_everything_but_health_and_init(fresh: Running) -> None:
+    health = fresh.get("/health")
+    assert (health.status_code, health.headers["x-agent-initialized"]) == (204, "false")
+    rpc = [
+        stat(fresh, "."),
+        stat(fresh, ".", token=WRONG),
+        fresh.post("/process.Process/List", json={}, headers=RPC_HEADERS),
+    ]
+    for r in rpc:
+        assert r.status_code == 401, r.request.url
+        assert r.json() == {"code": "unauthenticated", "message": NOT_INITIALISED}
+        assert r.headers["x-agent-initialized"] == "false"
+    plain = [
+        write(fresh, "open.txt"),
+        write(fresh, "open.txt", token=WRONG),
+        fresh.get("/files", params={"path": "/etc/shadow", "username": "root"}),
+        fresh.get("/nowhere"),
+        fresh.post("/health"),
+        fresh.get("/init"),
+    ]
+    for r in plain:
+        assert r.status_code == 401, r.request.url
+        assert r.json() == {"code": 401, "message": NOT_INITIALISED}
+        assert r.headers["x-agent-initialized"] == "false"
+    assert not (fresh.root / "open.txt").exists()
+
+    assert fresh.post("/init", json={"accessToken": FIRST}).status_code == 204
+    health = fresh.get("/health")
+    assert (health.status_code, health.headers["x-agent-initialized"]) == (204, "true")
+    assert stat(fresh, ".", token=FIRST).status_code == 200
+    assert "x-agent-initialized" not in stat(fresh, ".").headers  # a wrong token: just 401
+
+
+@pytest.mark.parametrize(
+    "body", [None, b"{}", b'{"envVars": {"A": "1"}}', b'{"accessToken": null}'], ids=repr
+)
+def test_a_first_init_without_a_token_is_refused_and_leaves_the_agent_shut(
+    fresh: Running, body: bytes | None
+) -> None:
+    r = fresh.post("/init", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == 400
+    assert r.json() == {
+        "code": 400,
+        "message": "accessToken is required: the agent has none yet, and serves no one without it",
+    }
+    assert fresh.get("/health").headers["x-agent-initialized"] == "false"
+    assert stat(fresh, ".").status_code == 401
+    assert fresh.post("/init", json={"accessToken": FIRST}).status_code == 204
+    assert stat(fresh, ".", token=FIRST).status_code == 200
+
+
+def test_the_token_from_init_is_then_required_everywhere_but_health(fresh: Running) -> None:
+    assert fresh.post("/init", json={"accessToken": "first"}).status_code == 204
+
+    assert fresh.get("/health").status_code == 204
     for r in (
-        stat(agent, "."),
-        stat(agent, ".", token=WRONG),
-        write(agent, "x.txt"),
-        write(agent, "x.txt", token=WRONG),
-        agent.get("/files", params={"path": "x.txt"}),
-        agent.get("/nowhere"),
-        agent.post("/init", json={"accessToken": "mine-now"}),
-        agent.post("/init", json={}, headers={"X-Access-Token": "wrong"}),
+        stat(fresh, "."),
+        stat(fresh, ".", token=WRONG),
+        write(fresh, "x.txt"),
+        write(fresh, "x.txt", token=WRONG),
+        fresh.get("/files", params={"path": "x.txt"}),
+        fresh.get("/nowhere"),
+        fresh.post("/init", json={"accessToken": "mine-now"}),
+        fresh.post("/init", json={}, headers={"X-Access-Token": "wrong"}),
     ):
         assert r.status_code == 401, r.request.url
-    assert stat(agent, ".").json()["code"] == "unauthenticated"
-    assert write(agent, "x.txt").json() == {
+    assert stat(fresh, ".").json()["code"] == "unauthenticated"
+    assert write(fresh, "x.txt").json() == {
         "code": 401,
         "message": "missing access token or signature",
     }
-    assert not (agent.root / "x.txt").exists()
+    assert not (fresh.root / "x.txt").exists()
 
-    assert stat(agent, ".", token=FIRST).status_code == 200
-    assert write(agent, "x.txt", token=FIRST).status_code == 200
-    assert agent.get("/nowhere", headers={"X-Access-Token": "first"}).status_code == 404
+    assert stat(fresh, ".", token=FIRST).status_code == 200
+    assert write(fresh, "x.txt", token=FIRST).status_code == 200
+    assert fresh.get("/nowhere", headers={"X-Access-Token": "first"}).status_code == 404
 
 
-def test_the_token_holder_can_rotate_it(agent: Running) -> None:
-    agent.post("/init", json={"accessToken": "first"})
-    rotated = agent.post(
+def test_the_token_holder_can_rotate_it(fresh: Running) -> None:
+    fresh.post("/init", json={"accessToken": "first"})
+    rotated = fresh.post(
         "/init", json={"accessToken": "second"}, headers={"X-Access-Token": "first"}
     )
     assert rotated.status_code == 204
-    assert stat(agent, ".", token=FIRST).status_code == 401
-    assert stat(agent, ".", token=SECOND).status_code == 200
-    again = agent.post("/init", json={}, headers={"X-Access-Token": "second"})
+    assert stat(fresh, ".", token=FIRST).status_code == 401
+    assert stat(fresh, ".", token=SECOND).status_code == 200
+    again = fresh.post("/init", json={}, headers={"X-Access-Token": "second"})
     assert again.status_code == 204
-    assert stat(agent, ".", token=SECOND).status_code == 200  # kept when not named
+    assert stat(fresh, ".", token=SECOND).status_code == 200  # kept when not named
 
 
 def test_default_workdir_moves_relative_paths(agent: Running) -> None:
@@ -135,8 +195,9 @@ def test_bad_bodies_are_400_and_change_nothing(agent: Running, body: bytes, mess
     assert stat(agent, ".").status_code == 200
 
 
-def test_an_empty_body_is_accepted(agent: Running) -> None:
+def test_an_empty_body_from_the_token_holder_is_accepted(agent: Running) -> None:
     assert agent.post("/init").status_code == 204
+    assert stat(agent, ".", token=TOKEN).status_code == 200
 
 
 # The environment is for commands; here it is seen in the agent's own state.
@@ -154,13 +215,14 @@ async def test_init_replaces_the_sandbox_environment(
 ) -> None:
     agent, client = in_process
     async with client:
-        r = await client.post("/init", json={"envVars": {"A": "1", "B": "2"}, "timestamp": "x"})
-        assert r.status_code == 204
+        first = {"accessToken": "t", "envVars": {"A": "1", "B": "2"}, "timestamp": "x"}
+        assert (await client.post("/init", json=first)).status_code == 204
         assert agent.session.env == {"A": "1", "B": "2"}
-        await client.post("/init", json={"envVars": {"C": "3"}})
+        token = {"X-Access-Token": "t"}
+        await client.post("/init", json={"envVars": {"C": "3"}}, headers=token)
         assert agent.session.env == {"C": "3"}
-        await client.post("/init", json={"accessToken": "t"})
+        await client.post("/init", json={"accessToken": "u"}, headers=token)
         assert agent.session.env == {"C": "3"}  # not named: kept
-        r = await client.post("/init", json={"envVars": {}}, headers={"X-Access-Token": "t"})
+        r = await client.post("/init", json={"envVars": {}}, headers={"X-Access-Token": "u"})
         assert r.status_code == 204
         assert agent.session.env == {}

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.agent.sdk.conftest import NOBODY, Running
+from tests.agent.sdk.conftest import AUTH, NOBODY, TOKEN, Running
 
 MIB = 1 << 20
 
@@ -87,7 +87,7 @@ def raw_get(agent: Running, path: str, accept: str | None) -> tuple[httpx.Header
         if accept is None:
             del client.headers["Accept-Encoding"]
         with client.stream(
-            "GET", agent.url + "/files", params={"path": path}, headers=headers
+            "GET", agent.url + "/files", params={"path": path}, headers={**headers, **AUTH}
         ) as r:
             assert r.status_code == 200
             return r.headers, b"".join(r.iter_raw())
@@ -319,6 +319,7 @@ def test_an_abandoned_upload_leaves_nothing_behind(agent: Running) -> None:
     with socket.create_connection((address.hostname, address.port)) as s:
         s.sendall(
             b"POST /files?path=kept.bin HTTP/1.1\r\nHost: x\r\n"
+            b"X-Access-Token: " + TOKEN.encode() + b"\r\n"
             b"Content-Type: application/octet-stream\r\nContent-Length: 10485760\r\n\r\n"
         )
         s.sendall(b"x" * MIB)
@@ -397,7 +398,7 @@ def test_256_mib_up_and_down_with_flat_memory(agent: Running) -> None:
         agent.url + "/files",
         params={"path": "huge.bin"},
         content=chunks(256 * MIB, sent),
-        headers={"content-type": "application/octet-stream"},
+        headers={"content-type": "application/octet-stream", **AUTH},
         timeout=120,
     )
     assert r.status_code == 200, r.text
@@ -408,7 +409,7 @@ def test_256_mib_up_and_down_with_flat_memory(agent: Running) -> None:
             "GET",
             agent.url + "/files",
             params={"path": "huge.bin"},
-            headers={"Accept-Encoding": accept},
+            headers={"Accept-Encoding": accept, **AUTH},
             timeout=120,
         ) as down:
             for piece in down.iter_bytes():

@@ -1,12 +1,14 @@
 """Acting as a user, in process: which thread holds which credentials, and when.
 
 The kernel reports each thread's credentials in /proc/self/task/<tid>/status: the fourth `Uid`
-and `Gid` fields are the filesystem ids, `Groups` the supplementary groups.
+and `Gid` fields are the filesystem ids, `Groups` the supplementary groups, `CapEff` the
+effective capabilities.
 """
 
 import asyncio
 import os
 import shutil
+import subprocess
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -18,7 +20,7 @@ from workspace_agent.errors import AgentError
 from workspace_agent.identity import Credentials, Identity
 from workspace_agent.users import User
 
-from tests.agent.sdk.conftest import NOBODY, ROOT
+from tests.agent.sdk.conftest import NOBODY, ROOT, Running
 
 pytestmark = pytest.mark.skipif(not ROOT, reason="switching credentials needs root")
 
@@ -40,7 +42,8 @@ def credentials(tid: int | None = None) -> Credentials:
         for line in Path(path).read_text().splitlines()
     }
     groups = tuple(sorted(int(g) for g in fields["Groups"]))
-    return Credentials(int(fields["Uid"][3]), int(fields["Gid"][3]), groups)
+    effective = int(fields["CapEff"][0], 16)
+    return Credentials(int(fields["Uid"][3]), int(fields["Gid"][3]), groups, effective)
 
 
 @pytest.fixture
@@ -66,6 +69,17 @@ async def test_a_job_runs_with_the_users_credentials_and_its_thread_returns_to_r
     assert seen == Credentials.of(AS_NOBODY)
     assert credentials(tid) == root_in_adm  # the worker, now idle, is root again
     assert credentials() == root_in_adm  # and this thread never changed
+    identity.close()
+
+
+async def test_a_job_has_no_capabilities_and_its_thread_gets_roots_back(
+    root_in_adm: Credentials,
+) -> None:
+    assert root_in_adm.capabilities != 0
+    identity = Identity(privileged=True)
+    tid, seen = await identity.run(AS_NOBODY, lambda: (threading.get_native_id(), credentials()))
+    assert seen.capabilities == 0
+    assert credentials(tid).capabilities == root_in_adm.capabilities
     identity.close()
 
 
@@ -168,6 +182,57 @@ async def test_a_thread_that_cannot_switch_back_is_retired(
     assert tid != failed[0]
     assert credentials(tid).uid == 0
     identity.close()
+
+
+@pytest.fixture
+def root_only_cwd() -> Iterator[tuple[int, Path]]:
+    """A root process (`sleep`) whose cwd is inside a directory only root may enter.
+
+    The cwd itself and its file are open to all: only the way there is closed, so the only way
+    in is the process's own link to it.
+    """
+    hidden = Path(tempfile.mkdtemp(prefix="root-only-"))
+    hidden.chmod(0o700)
+    inside = hidden / "inside"
+    inside.mkdir(mode=0o755)
+    (inside / "secret.txt").write_text("root's")
+    (inside / "secret.txt").chmod(0o644)
+    sleeper = subprocess.Popen(["sleep", "60"], cwd=inside)
+    yield sleeper.pid, inside
+    sleeper.kill()
+    sleeper.wait()
+    shutil.rmtree(hidden)
+
+
+async def test_a_user_cannot_reach_behind_a_root_process_cwd(
+    root_only_cwd: tuple[int, Path],
+) -> None:
+    """Following /proc/<pid>/cwd needs CAP_SYS_PTRACE against a process of another user."""
+    pid, inside = root_only_cwd
+    identity = Identity(privileged=True)
+    with pytest.raises(PermissionError):  # the way there is closed
+        await identity.run(AS_NOBODY, lambda: read(inside / "secret.txt"))
+    with pytest.raises(PermissionError):
+        await identity.run(AS_NOBODY, lambda: read(Path(f"/proc/{pid}/cwd/secret.txt")))
+    assert await identity.run(AS_ROOT, lambda: read(Path(f"/proc/{pid}/cwd/secret.txt")))
+    identity.close()
+
+
+def test_through_the_agent_a_user_cannot_read_behind_a_root_process_cwd(
+    agent: Running, root_only_cwd: tuple[int, Path]
+) -> None:
+    pid, _ = root_only_cwd
+    path = f"/proc/{pid}/cwd/secret.txt"
+    r = agent.get("/files", params={"path": path, "username": "nobody"})
+    assert (r.status_code, r.json()["code"]) == (403, 403), r.text
+    r = agent.post(
+        "/filesystem.Filesystem/Stat",
+        json={"path": path},
+        headers={"connect-protocol-version": "1", "authorization": "Basic bm9ib2R5Og=="},
+    )
+    assert (r.status_code, r.json()["code"]) == (403, "permission_denied"), r.text
+    r = agent.get("/files", params={"path": path, "username": "root"})
+    assert (r.status_code, r.text) == (200, "root's")
 
 
 async def test_root_and_unprivileged_agents_do_not_switch() -> None:

@@ -16,7 +16,15 @@ import httpx
 import pytest
 from e2b import CommandExitException, Sandbox
 
-from tests.agent.sdk.conftest import AGENT, Running, debug_env, free_port, stop
+from tests.agent.sdk.conftest import (
+    AGENT,
+    Running,
+    debug_env,
+    free_port,
+    holding_token,
+    initialise,
+    stop,
+)
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare"
@@ -38,7 +46,7 @@ def first_process(workspace: Path) -> Iterator[Running]:
                 break
         except httpx.TransportError:
             time.sleep(0.05)
-    running = Running(url, workspace, process)
+    running = initialise(Running(url, workspace, process))
     yield running
     stop(running)
 
@@ -57,7 +65,7 @@ def test_orphans_of_commands_are_reaped(
     first_process: Running, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     debug_env(monkeypatch, first_process.url)
-    sbx = Sandbox.create()
+    sbx = holding_token(Sandbox.create())
     assert sbx.commands.run("echo $$").stdout.strip() != "1"
     assert (
         sbx.commands.run("cat /proc/1/cmdline | tr '\\0' ' '").stdout.count(

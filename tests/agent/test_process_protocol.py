@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.agent.sdk.conftest import STREAM, Envelope, Running, envelope, envelopes, gone
+from tests.agent.sdk.conftest import AUTH, STREAM, Envelope, Running, envelope, envelopes, gone
 
 
 def bash(command: str, **fields: Any) -> dict[str, Any]:
@@ -45,7 +45,7 @@ def call(agent: Running, method: str, body: dict[str, Any]) -> httpx.Response:
     return httpx.post(
         f"{agent.url}/process.Process/{method}",
         json=body,
-        headers={"connect-protocol-version": "1"},
+        headers={"connect-protocol-version": "1", **AUTH},
         timeout=30,
     )
 
@@ -365,7 +365,7 @@ def test_input_nobody_reads_waits_no_longer_than_the_request(agent: Running) -> 
         answer = httpx.post(
             f"{agent.url}/process.Process/SendInput",
             json={"process": {"pid": pid}, "input": {"stdin": big}},
-            headers={"connect-protocol-version": "1", "connect-timeout-ms": "1000"},
+            headers={"connect-protocol-version": "1", "connect-timeout-ms": "1000", **AUTH},
             timeout=30,
         )
         assert 0.9 < time.monotonic() - started < 4

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.agent.sdk.conftest import NOBODY, ROOT, Running
+from tests.agent.sdk.conftest import AUTH, NOBODY, ROOT, Running
 
 pytestmark = pytest.mark.skipif(not ROOT, reason="needs root to plant root's files")
 
@@ -209,7 +209,9 @@ def test_root_and_nobody_at_once_never_share_credentials(agent: Running, roots: 
 
     def read(user: str, path: str) -> int:
         with httpx.Client() as client:
-            r = client.get(agent.url + "/files", params={"path": path, "username": user})
+            r = client.get(
+                agent.url + "/files", params={"path": path, "username": user}, headers=AUTH
+            )
             if r.status_code == 200:
                 assert r.content in {SECRET, b"nobody's"}
             return r.status_code

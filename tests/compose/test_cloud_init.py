@@ -45,6 +45,8 @@ PATH = f"{FAKES}/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Where the stand-in mount finds the agent disk's files.
 DISK = "/srv/agent-disk"
 UNIT = "/run/systemd/system/workspace-sandbox-agent.service"
+SOCKET = "/run/systemd/system/workspace-sandbox-agent.socket"
+START = "systemctl start --no-block workspace-sandbox-agent.socket workspace-sandbox-agent.service"
 HOMES = {USER: WORKSPACE, LEGACY_USER: f"/home/{LEGACY_USER}"}
 
 
@@ -484,39 +486,78 @@ def test_shellcheck_finds_nothing_in_the_agent_disks_boot_script() -> None:
 # -- the agent's start, from its disk ----------------------------------------------------------
 
 
-def test_the_boot_mounts_the_agent_disk_read_only_and_starts_the_agent_unit(guest: Guest) -> None:
+def test_the_boot_mounts_the_agent_disk_read_only_and_starts_the_agent_units(
+    guest: Guest,
+) -> None:
     guest.boot([KEY_A], platform=AGENT_PLATFORM)
     assert guest.calls()[-4:] == [
         "udevadm settle",
         "mount -o ro,nosuid,nodev /dev/disk/by-id/virtio-wsagent /run/wsagent",
         "systemctl daemon-reload",
-        "systemctl start --no-block workspace-sandbox-agent.service",
+        START,
     ]
-    unit = guest.path(UNIT)
+    unit, socket = guest.path(UNIT), guest.path(SOCKET)
     assert _owner_and_mode(unit) == (0, 0, "-rw-r--r--")
-    # Nothing left beside it: the temporary file was renamed into place.
-    assert os.listdir(unit.parent) == [unit.name]
+    assert _owner_and_mode(socket) == (0, 0, "-rw-r--r--")
+    # Nothing left beside them: the temporary files were renamed into place.
+    assert sorted(os.listdir(unit.parent)) == sorted([unit.name, socket.name])
+    # systemd holds the port, both families, from boot until the VM stops: no local user can
+    # take it while the agent restarts.
+    assert socket.read_text() == (
+        "[Unit]\n"
+        "Description=Workspace sandbox agent's port, held by systemd while the agent restarts\n"
+        "\n"
+        "[Socket]\n"
+        "ListenStream=[::]:49983\n"
+        "BindIPv6Only=both\n"
+        "NoDelay=true\n"
+        "Backlog=1024\n"
+    )
+    # The agent serves on the socket systemd passes it, and the OOM killer picks others first.
     assert unit.read_text() == (
         "[Unit]\n"
         "Description=Workspace sandbox agent: files and commands for the platform's gateway\n"
-        "After=local-fs.target network.target cloud-init.service cloud-init-network.service\n"
+        "Requires=workspace-sandbox-agent.socket\n"
+        "After=workspace-sandbox-agent.socket local-fs.target network.target cloud-init.service "
+        "cloud-init-network.service\n"
         "# Never give up: the sandbox is not ready until the agent answers.\n"
         "StartLimitIntervalSec=0\n"
         "\n"
         "[Service]\n"
         "ExecStart=/usr/bin/python3 -I /run/wsagent/workspace-sandbox-agent "
-        "--address 0.0.0.0:49983 --remote-only --root /workspace --user user\n"
+        "--remote-only --root /workspace --user user\n"
         "Restart=always\n"
         "RestartSec=2\n"
         "LimitNOFILE=65536\n"
+        "OOMScoreAdjust=-900\n"
     )
     assert _owner_and_mode(guest.path("/run/wsagent")) == (0, 0, "drwxr-xr-x")
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
+def test_systemd_reads_every_line_of_the_agent_units(guest: Guest, tmp_path: Path) -> None:
+    # Outside the guest's tree, where systemd-analyze finds the units' programs on this host.
+    guest.boot([KEY_A], platform=AGENT_PLATFORM)
+    for unit in (UNIT, SOCKET):
+        shutil.copy(guest.path(unit), tmp_path)
+    names = [str(tmp_path / Path(u).name) for u in (SOCKET, UNIT)]
+    done = subprocess.run(
+        ["systemd-analyze", "verify", *names], capture_output=True, text=True, check=False
+    )
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+
+
+def test_the_agent_port_is_the_one_given(guest: Guest) -> None:
+    done = guest.run(["sh", f"{DISK}/boot.sh", "8000", USER, WORKSPACE])
+    assert done.returncode == 0, done.stderr
+    assert "ListenStream=[::]:8000\n" in guest.path(SOCKET).read_text()
 
 
 def test_without_the_agent_the_boot_mounts_nothing_and_starts_nothing(guest: Guest) -> None:
     guest.boot([KEY_A])
     assert guest.calls() == ["systemctl try-restart systemd-resolved"]
     assert not guest.path(UNIT).exists()
+    assert not guest.path(SOCKET).exists()
 
 
 @pytest.mark.parametrize(
@@ -527,27 +568,33 @@ def test_without_the_agent_the_boot_mounts_nothing_and_starts_nothing(guest: Gue
         pytest.param("ln -s /nonexistent/file {unit}", id="the-unit-is-a-dangling-link"),
     ],
 )
-def test_the_agent_unit_replaces_a_link_planted_in_its_place(guest: Guest, planted: str) -> None:
-    done = guest.run(["sh", "-c", planted.format(unit=UNIT)])
+@pytest.mark.parametrize("which", [UNIT, SOCKET], ids=["service", "socket"])
+def test_the_agent_unit_replaces_a_link_planted_in_its_place(
+    guest: Guest, planted: str, which: str
+) -> None:
+    done = guest.run(["sh", "-c", planted.format(unit=which)])
     assert done.returncode == 0, done.stderr
     before = {
         p: guest.path(p).read_bytes() for p in ("/etc/ld.so.preload", "/etc/sudoers.d/README")
     }
     guest.boot([KEY_A], platform=AGENT_PLATFORM)
-    unit = guest.path(UNIT)
+    unit = guest.path(which)
     assert not unit.is_symlink()
     assert unit.read_text().startswith("[Unit]\n")
     assert {p: guest.path(p).read_bytes() for p in before} == before
 
 
+@pytest.mark.parametrize("which", [UNIT, SOCKET], ids=["service", "socket"])
 def test_a_directory_in_the_units_place_stops_the_agent_and_nothing_is_written_into_it(
-    guest: Guest,
+    guest: Guest, which: str
 ) -> None:
-    guest.path(UNIT).mkdir()
+    guest.path(which).mkdir()
     done = guest.run(boot_command([KEY_A], platform=AGENT_PLATFORM))
     assert done.returncode != 0
-    assert os.listdir(guest.path(UNIT)) == []
-    assert "systemctl start --no-block workspace-sandbox-agent.service" not in guest.calls()
+    assert os.listdir(guest.path(which)) == []
+    assert not [c for c in guest.calls() if c.startswith("systemctl start")]
+    # No temporary file left behind either.
+    assert [n for n in os.listdir(guest.path("/run/systemd/system")) if n.startswith(".")] == []
     # Nothing else of the boot depended on it.
     assert guest.path(f"/etc/ssh/authorized_keys/{USER}").read_text() == f"{KEY_A}\n"
 

@@ -168,14 +168,18 @@ async def test_a_same_named_sandbox_in_another_namespace_never_gets_the_traffic(
             break
         await asyncio.sleep(0.05)
     (world.platform.roots["team-b", sandbox_id] / "hello.txt").write_text("theirs")
-    # Its agent is up and uninitialised: it would answer anyone.
+    # Its agent is up; /init-ed by whoever reaches it first (here, tenant B), it serves them.
     theirs = f"http://{world.xr('team-b', sandbox_id)['status']['endpoint']}:{world.platform.port}"
     async with httpx.AsyncClient() as direct:
         for _ in range(100):
             with contextlib.suppress(httpx.TransportError):
-                answer = await direct.get(theirs + "/files?path=hello.txt")
+                answer = await direct.post(theirs + "/init", json={"accessToken": "squatter"})
                 break
             await asyncio.sleep(0.05)
+        assert answer.status_code == 204, answer.text
+        answer = await direct.get(
+            theirs + "/files?path=hello.txt", headers={"X-Access-Token": "squatter"}
+        )
         assert answer.text == "theirs"
     plane = {"E2b-Sandbox-Id": sandbox_id}
     for _ in range(5):

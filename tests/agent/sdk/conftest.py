@@ -8,6 +8,11 @@ The SDK's debug mode (`E2B_DEBUG=true`) talks to an agent directly, skipping the
 `E2B_SANDBOX_URL` points it at this test's agent, on a port of its own. The agent runs as root,
 as in a VM, with `nobody` as its default user and a fresh workspace that `nobody` owns; the
 `pod_agent` fixture runs it as `nobody`, as in a pod. Both need root to set up.
+
+An agent serves no one until `/init` has set its access token, so each is started and then
+`/init`ed with `TOKEN`, as the gateway does; `Running.get`/`post` and the SDK fixtures send it,
+and raw requests add `AUTH`. Debug mode never learns a token, so the SDK's object is built the
+way `create` builds it from the control API's answer.
 """
 
 import json
@@ -21,13 +26,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from e2b import Sandbox
+from e2b import AsyncSandbox, ConnectionConfig, Sandbox
 
 AGENT = Path(os.environ.get("AGENT") or Path(sys.executable).with_name("workspace-sandbox-agent"))
 DEFAULT_USER = "nobody"
@@ -35,10 +40,12 @@ NOBODY = pwd.getpwnam(DEFAULT_USER)
 ROOT = os.geteuid() == 0
 
 needs_root = pytest.mark.skipif(not ROOT, reason="the agent acts as other users only as root")
+TOKEN = "agent-test-token-0123456789abcdef"  # noqa: S105  # every test agent's, set by /init
+AUTH = {"X-Access-Token": TOKEN}
 
 
 # Connect's streaming framing (flags, big-endian length, JSON), for tests below the SDK.
-STREAM = {"content-type": "application/connect+json", "connect-protocol-version": "1"}
+STREAM = {"content-type": "application/connect+json", "connect-protocol-version": "1", **AUTH}
 Envelope = tuple[int, dict[str, Any]]
 
 
@@ -75,12 +82,24 @@ class Running:
     url: str
     root: Path
     process: subprocess.Popen[bytes]
+    token: str | None = TOKEN
+    """Sent in `X-Access-Token` by `get` and `post`, unless their headers name another."""
 
-    def get(self, path: str, **kwargs: object) -> httpx.Response:
-        return httpx.get(self.url + path, **kwargs)  # type: ignore[arg-type]
+    def get(self, path: str, **kwargs: Any) -> httpx.Response:
+        return httpx.get(self.url + path, **self._authorised(kwargs))
 
-    def post(self, path: str, **kwargs: object) -> httpx.Response:
-        return httpx.post(self.url + path, **kwargs)  # type: ignore[arg-type]
+    def post(self, path: str, **kwargs: Any) -> httpx.Response:
+        return httpx.post(self.url + path, **self._authorised(kwargs))
+
+    @property
+    def anonymous(self) -> "Running":
+        """The same agent, asked without the token."""
+        return replace(self, token=None)
+
+    def _authorised(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        if self.token is None:
+            return kwargs
+        return {**kwargs, "headers": {"X-Access-Token": self.token, **kwargs.get("headers", {})}}
 
 
 def free_port() -> int:
@@ -115,8 +134,13 @@ def start(
     user: str = DEFAULT_USER,
     as_uid: int | None = None,
     wrapper: tuple[str, ...] = (),
+    init: bool = True,
+    options: tuple[str, ...] = (),
 ) -> Running:
-    """The agent on a free port, once it answers; `wrapper` runs first and execs it."""
+    """The agent on a free port, once it answers, `/init`ed with `TOKEN` unless `init` is false.
+
+    `wrapper` runs first and execs the agent; `options` go on its command line.
+    """
     port = free_port()
     args = [
         "--address",
@@ -127,6 +151,7 @@ def start(
         user,
         "--log-level",
         "warning",
+        *options,
     ]
     if as_uid is None:
         command = [*wrapper, str(AGENT), *args]
@@ -141,11 +166,18 @@ def start(
             pytest.fail(f"the agent exited with {process.returncode} before answering")
         try:
             if httpx.get(url + "/health", timeout=1).status_code == 204:
-                return Running(url, root, process)
+                running = Running(url, root, process)
+                return initialise(running) if init else running.anonymous
         except httpx.TransportError:
             time.sleep(0.05)
     process.kill()
     pytest.fail("the agent did not answer /health within 15 s")
+
+
+def initialise(running: Running) -> Running:
+    r = httpx.post(running.url + "/init", json={"accessToken": TOKEN}, timeout=10)
+    assert r.status_code == 204, r.text
+    return running
 
 
 def stop(running: Running) -> None:
@@ -220,15 +252,40 @@ def debug_env(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
     monkeypatch.setenv("E2B_SANDBOX_URL", url)
 
 
+def holding_token(sandbox: Sandbox, token: str = TOKEN) -> Sandbox:
+    """`sandbox` as a secured sandbox's create leaves it: holding the access token."""
+    return Sandbox(
+        sandbox_id=sandbox.sandbox_id,
+        sandbox_domain=sandbox.sandbox_domain,
+        envd_version=sandbox._envd_version,  # what create would have passed
+        envd_access_token=token,
+        traffic_access_token=None,
+        connection_config=ConnectionConfig(extra_sandbox_headers={"X-Access-Token": token}),
+    )
+
+
+async def async_sandbox(token: str = TOKEN) -> AsyncSandbox:
+    """The SDK's `AsyncSandbox`, holding the access token as `holding_token` does."""
+    created = await AsyncSandbox.create()
+    return AsyncSandbox(
+        sandbox_id=created.sandbox_id,
+        sandbox_domain=created.sandbox_domain,
+        envd_version=created._envd_version,
+        envd_access_token=token,
+        traffic_access_token=None,
+        connection_config=ConnectionConfig(extra_sandbox_headers={"X-Access-Token": token}),
+    )
+
+
 @pytest.fixture
 def sandbox(agent: Running, monkeypatch: pytest.MonkeyPatch) -> Sandbox:
     """The real SDK's `Sandbox`, connected to the VM-style agent."""
     debug_env(monkeypatch, agent.url)
-    return Sandbox.create()
+    return holding_token(Sandbox.create())
 
 
 @pytest.fixture
 def pod_sandbox(pod_agent: Running, monkeypatch: pytest.MonkeyPatch) -> Sandbox:
     """The real SDK's `Sandbox`, connected to the pod-style agent."""
     debug_env(monkeypatch, pod_agent.url)
-    return Sandbox.create()
+    return holding_token(Sandbox.create())

@@ -11,11 +11,10 @@ import hashlib
 import io
 import os
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
-from e2b import ConnectionConfig, FileType, Sandbox
+from e2b import FileType, Sandbox
 from e2b.exceptions import (
     AuthenticationException,
     FileNotFoundException,
@@ -248,34 +247,27 @@ def test_in_a_pod_everything_is_the_pods_user(pod_sandbox: Sandbox, pod_agent: R
 
 # Signed URLs: once /init set a token, a URL signed with it is enough without the header.
 
-TOKEN = "test-token-0123456789abcdef"  # noqa: S105
+
+@pytest.fixture
+def secured(sandbox: Sandbox) -> Sandbox:
+    """The SDK holding the token `/init` set (every test's agent is `/init`ed with it)."""
+    return sandbox
 
 
 @pytest.fixture
-def secured(sandbox: Sandbox, agent: Running) -> Iterator[Sandbox]:
-    """The SDK as a secured sandbox's create leaves it: holding the access token.
-
-    Debug mode never learns a token, so the token is set with `/init` and the SDK object is
-    built the way `create` builds it from the control API's answer.
-    """
-    assert agent.post("/init", json={"accessToken": TOKEN}).status_code == 204
-    yield Sandbox(
-        sandbox_id=sandbox.sandbox_id,
-        sandbox_domain=sandbox.sandbox_domain,
-        envd_version=sandbox._envd_version,  # what create would have passed
-        envd_access_token=TOKEN,
-        traffic_access_token=None,
-        connection_config=ConnectionConfig(extra_sandbox_headers={"X-Access-Token": TOKEN}),
-    )
+def without_token(sandbox: Sandbox) -> Sandbox:
+    """The SDK as debug mode makes it, knowing no token."""
+    del sandbox  # for its agent, and the environment that debug mode reads
+    return Sandbox.create()
 
 
-def test_after_init_only_the_token_holder_gets_in(secured: Sandbox, sandbox: Sandbox) -> None:
+def test_after_init_only_the_token_holder_gets_in(secured: Sandbox, without_token: Sandbox) -> None:
     secured.files.write("secret.txt", "s")
     assert secured.files.read("secret.txt") == "s"
     with pytest.raises(AuthenticationException):
-        sandbox.files.read("secret.txt")
+        without_token.files.read("secret.txt")
     with pytest.raises(AuthenticationException):
-        sandbox.files.write("other.txt", "x")
+        without_token.files.write("other.txt", "x")
 
 
 def test_signed_download_and_upload_urls(secured: Sandbox, agent: Running) -> None:
@@ -326,4 +318,4 @@ def test_a_wrong_token_in_the_header_is_refused_even_with_a_signature(
     secured.files.write("a.txt", "a")
     r = httpx.get(secured.download_url("a.txt"), headers={"X-Access-Token": "wrong"})
     assert r.status_code == 401
-    assert agent.get("/files", params={"path": "a.txt"}).status_code == 401
+    assert agent.anonymous.get("/files", params={"path": "a.txt"}).status_code == 401

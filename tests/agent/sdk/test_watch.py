@@ -12,10 +12,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from e2b import AsyncSandbox, FilesystemEvent, FilesystemEventType, Sandbox
+from e2b import FilesystemEvent, FilesystemEventType, Sandbox
 from e2b.exceptions import NotFoundException, SandboxException
 
-from tests.agent.sdk.conftest import NOBODY, STREAM, Running, envelope, envelopes
+from tests.agent.sdk.conftest import NOBODY, STREAM, Running, async_sandbox, envelope, envelopes
 
 CREATE, CHMOD, WRITE = (
     FilesystemEventType.CREATE,
@@ -126,7 +126,7 @@ def test_streamed_events_with_entries(sandbox: Sandbox, agent: Running) -> None:
             if len(seen) == 3:
                 three.set()
 
-        client = await AsyncSandbox.create()
+        client = await async_sandbox()
         handle = await client.files.watch_dir("streamed", on_event=on_event, include_entry=True)
         await client.files.write("streamed/s.txt", "s")
         await asyncio.wait_for(three.wait(), 5)
