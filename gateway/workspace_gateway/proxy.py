@@ -34,9 +34,10 @@ HOP_BY_HOP = frozenset(
         "host",
     }
 )
-# The control API's key, or a Kubernetes token in its place, is never the sandbox's business:
-# code in a sandbox may read its traffic.
-GATEWAY_ONLY = frozenset({"x-api-key", "authorization"})
+# The control API's key is never the sandbox's business: code in a sandbox may read its traffic.
+# Nor is a Kubernetes token sent in its place (`Authorization: Bearer`); `Authorization: Basic`
+# is envd's, naming the user a command or a file operation runs as, and goes through.
+GATEWAY_ONLY = frozenset({"x-api-key"})
 # A request body up to this size is read whole before it is sent, so that it can be sent again
 # after an agent that restarted has been given its token back.
 REPLAY_BYTES = 64 << 10
@@ -199,7 +200,10 @@ def not_found_body(sandbox_id: str) -> dict[str, Any]:
 
 
 def forwarded_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """The request's headers less hop-by-hop ones (also those `Connection` names) and the key."""
+    """The request's headers less hop-by-hop ones, those `Connection` names, and credentials.
+
+    The API key goes, and any `Authorization` but envd's `Basic`, which names a user.
+    """
     named = {
         token.strip().lower()
         for name, value in raw
@@ -211,6 +215,7 @@ def forwarded_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes
         for name, value in raw
         if (key := name.decode("latin-1").lower()) not in HOP_BY_HOP | GATEWAY_ONLY
         and key not in named
+        and not (key == "authorization" and value[:6].lower() != b"basic ")
     ]
 
 

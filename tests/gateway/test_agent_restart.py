@@ -25,9 +25,11 @@ world = stand_in.world  # the fake cluster, the stand-in platform and a gateway 
 SECRET = {"SECRET_KEY": "s3cret"}  # a test value
 
 
-def start(script: str, user: str = "root") -> bytes:
-    body = {"process": {"cmd": "/bin/sh", "args": ["-c", script]}, "stdin": False}
-    return envelope({**body, "user": user} if user else body)
+ROOT = {"Authorization": "Basic " + base64.b64encode(b"root:").decode()}  # envd's user header
+
+
+def start(script: str) -> bytes:
+    return envelope({"process": {"cmd": "/bin/sh", "args": ["-c", script]}, "stdin": False})
 
 
 def output(answer: httpx.Response) -> tuple[str, dict[str, Any]]:
@@ -74,9 +76,9 @@ async def test_a_restarted_agent_is_refused_to_anyone_and_comes_back_for_the_own
     # owner's connect, and the agent is never reached (it would say so by being initialised).
     for round_ in range(2):
         for headers in (plane, {**plane, "X-Access-Token": "guessed"}):
-            for user in ("root", ""):
+            for user in (ROOT, {}):
                 anonymous = await world.http.post(
-                    "/process.Process/Start", content=start("id -u", user), headers=headers
+                    "/process.Process/Start", content=start("id -u"), headers=headers | user
                 )
                 assert anonymous.status_code == 401, anonymous.text
         health = await agent_health(world, where)
@@ -93,7 +95,7 @@ async def test_a_restarted_agent_is_refused_to_anyone_and_comes_back_for_the_own
     # The owner's next call: the gateway gives the agent its token and env vars back first.
     owner = await world.http.post(
         "/process.Process/Start",
-        content=start('printf %s "$SECRET_KEY"', ""),
+        content=start('printf %s "$SECRET_KEY"'),
         headers={**plane, "X-Access-Token": token},
     )
     assert owner.status_code == 200, owner.text
@@ -118,12 +120,12 @@ async def test_connect_gives_a_restarted_agent_its_token_and_env_vars_back(world
     url = f"http://{world.platform.hosts_of[where]}:{world.platform.port}"
     async with httpx.AsyncClient() as direct:
         refused = await direct.post(
-            url + "/process.Process/Start", content=start("id -u"), headers=STREAM
+            url + "/process.Process/Start", content=start("id -u"), headers=STREAM | ROOT
         )
         assert refused.status_code == 401
         answer = await direct.post(
             url + "/process.Process/Start",
-            content=start('printf %s "$SECRET_KEY"', ""),
+            content=start('printf %s "$SECRET_KEY"'),
             headers={**STREAM, "X-Access-Token": token},
         )
     assert output(answer)[0] == "s3cret"

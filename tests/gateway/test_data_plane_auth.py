@@ -155,3 +155,8 @@ async def test_a_sandbox_that_is_not_there_is_e2b_s_not_found(client: httpx.Asyn
 def test_the_caller_s_bearer_token_and_api_key_never_reach_the_sandbox() -> None:
     raw = [(b"Authorization", b"Bearer kube-token"), (b"X-API-Key", b"e2b_x"), (b"X-A", b"1")]
     assert forwarded_headers(raw) == [(b"X-A", b"1")]
+    for other in (b"bearer x", b"Token x", b"Basicx", b""):
+        assert forwarded_headers([(b"authorization", other)]) == []
+    # envd's own: the user a command runs as (`user="root"` in the SDK).
+    basic = [(b"Authorization", b"Basic cm9vdDo=")]
+    assert forwarded_headers(basic) == basic

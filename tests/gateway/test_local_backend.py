@@ -6,6 +6,7 @@ import getpass
 import json
 import logging
 import os
+import pwd
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -260,25 +261,32 @@ async def test_a_restarted_local_agent_is_closed_to_anyone_until_the_owner_s_nex
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as gw:
                 plane = {"E2b-Sandbox-Id": made.sandbox_id, **STREAM}
-                body = envelope(
-                    {"process": {"cmd": "/bin/sh", "args": ["-c", "id -u"]}, "user": "root"}
+                body = envelope({"process": {"cmd": "/bin/sh", "args": ["-c", "id -u"]}})
+                as_root = {"Authorization": "Basic " + base64.b64encode(b"root:").decode()}
+                anonymous = await gw.post(
+                    "/process.Process/Start", content=body, headers=plane | as_root
                 )
-                anonymous = await gw.post("/process.Process/Start", content=body, headers=plane)
                 assert anonymous.status_code == 401
                 health = await http.get(made.endpoint + "/health")
                 assert health.headers["x-agent-initialized"] == "false"
+                # As the agent's own user: the local backend's folders are the gateway's.
+                me = pwd.getpwuid(os.geteuid()).pw_name.encode()
                 script = {"process": {"cmd": "/bin/sh", "args": ["-c", 'printf %s "$K"']}}
                 owner = await gw.post(
                     "/process.Process/Start",
                     content=envelope(script),
-                    headers={**plane, "X-Access-Token": made.access_token},
+                    headers={
+                        **plane,
+                        "X-Access-Token": made.access_token,
+                        "Authorization": "Basic " + base64.b64encode(me + b":").decode(),
+                    },
                 )
                 assert owner.status_code == 200, owner.text
                 printed = b"".join(
                     base64.b64decode(m.get("event", {}).get("data", {}).get("stdout", ""))
                     for _, m in envelopes(owner)
                 )
-                assert printed == b"v"
+                assert printed == b"v", list(envelopes(owner))
     finally:
         if again is not None:
             again.kill()

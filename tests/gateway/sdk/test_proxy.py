@@ -1,5 +1,6 @@
 """The data plane: streaming both ways, big files, internal paths, unknown sandboxes."""
 
+import getpass
 import gzip
 import hashlib
 import io
@@ -155,3 +156,12 @@ def test_internal_paths_stay_refused_however_spelled(sandbox: Sandbox, gateway_u
         )
         assert answer.status_code in {403, 404}, path
     assert sandbox.commands.run("echo still mine").stdout == "still mine\n"
+
+
+def test_the_user_a_command_names_reaches_the_agent(sandbox: Sandbox) -> None:
+    """`user=` travels as envd's `Authorization: Basic`, which the gateway passes on (it drops
+    any other `Authorization`, a Kubernetes token among them). As root (CI) the local agents
+    act as anyone, so another user than the default one shows it; elsewhere only their own."""
+    other = "nobody" if os.geteuid() == 0 else getpass.getuser()
+    ran = sandbox.commands.run("id -un", user=other, cwd="/")
+    assert ran.stdout == f"{other}\n"
