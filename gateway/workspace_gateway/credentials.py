@@ -28,6 +28,11 @@ MAX_EXPIRATION_DIGITS = 18
 def signature(
     path: str, operation: Operation, username: str, token: str, expiration: int | None
 ) -> str:
+    """What the SDK's `get_signature` makes.
+
+    The agent has a twin (`workspace_agent.auth`): the two distributions share no code, and the
+    tests hold each to the SDK's signed URLs.
+    """
     raw = f"{path}:{operation}:{username}:{token}"
     if expiration is not None:
         raw += f":{expiration}"
