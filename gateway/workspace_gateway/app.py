@@ -195,6 +195,8 @@ async def _sandbox(
     send: Send,
     streams: proxy.Streams | None = None,
 ) -> None:
+    if not proxy.origin_form(scope):
+        raise GatewayError(400, "the request's target must be a path that starts with one /")
     if proxy.internal(scope["path"]):
         raise GatewayError(403, f"{scope['path']} is not reachable from outside the sandbox")
     found = await backend.locate(target.sandbox_id)

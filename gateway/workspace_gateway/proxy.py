@@ -189,6 +189,34 @@ class Streams:
             del self.by_tenant[tenant]
 
 
+def origin_form(scope: Scope) -> bool:
+    """Whether the request's target is a path (`/...`), the one form the data plane takes.
+
+    An asterisk or authority form (`*@host:port/init`, which httptools passes on as the path)
+    would otherwise be glued to the agent's URL and name another host.
+    """
+    raw: bytes = scope.get("raw_path") or scope["path"].encode()
+    return raw.startswith(b"/")
+
+
+def upstream(endpoint: str, scope: Scope) -> httpx.URL:
+    """The agent's URL for this request: `endpoint`'s scheme, host and port, whatever the path.
+
+    The path goes as the client sent it (raw, so that the agent decodes it as the gateway did);
+    only its target replaces the URL's, never its authority.
+    """
+    base = httpx.URL(endpoint)
+    raw: bytes = scope.get("raw_path") or scope["path"].encode()
+    query: bytes = scope.get("query_string", b"")
+    try:
+        url = base.copy_with(raw_path=raw + (b"?" + query if query else b""))
+    except httpx.InvalidURL:
+        url = None
+    if url is None or (url.scheme, url.host, url.port) != (base.scheme, base.host, base.port):
+        raise GatewayError(400, "the request's target is not a path")
+    return url
+
+
 def internal(path: str) -> bool:
     """Whether `path` is one of envd's internal routes, however spelled (`//init`, `/a/../init`)."""
     return posixpath.normpath("/" + path.lstrip("/")) in INTERNAL_PATHS
@@ -309,11 +337,7 @@ async def _forward(  # noqa: PLR0917  # forward's parts, passed on as they came
     reinit: Callable[[], Awaitable[None]],
     reads: LargeReads | None = None,
 ) -> None:
-    path: str = scope["path"]
-    query: bytes = scope.get("query_string", b"")
-    url = endpoint + (scope.get("raw_path") or path.encode()).decode("latin-1")
-    if query:
-        url += "?" + query.decode("latin-1")
+    url = upstream(endpoint, scope)
     headers = forwarded_headers(list(scope["headers"]))
     incoming = {name.decode("latin-1").lower() for name, _ in headers}
     try:

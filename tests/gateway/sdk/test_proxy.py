@@ -5,12 +5,14 @@ import gzip
 import hashlib
 import io
 import os
+import socket
 import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
+import pytest
 from e2b import Sandbox
 
 from tests.gateway.sdk.conftest import Gateway
@@ -165,3 +167,33 @@ def test_the_user_a_command_names_reaches_the_agent(sandbox: Sandbox) -> None:
     other = "nobody" if os.geteuid() == 0 else getpass.getuser()
     ran = sandbox.commands.run("id -un", user=other, cwd="/")
     assert ran.stdout == f"{other}\n"
+
+
+def test_a_target_that_is_no_path_never_names_another_host(
+    sandbox: Sandbox, gateway_url: str
+) -> None:
+    """`*@host:port/path` (which httptools passes on) must not become the agent's URL's
+    userinfo: with the caller's own token, the gateway would have sent it anywhere it reaches."""
+    with socket.create_server(("127.0.0.1", 0)) as sink:
+        sink.settimeout(0.5)
+        port = sink.getsockname()[1]
+        host, gateway_port = urlsplit(gateway_url).hostname, urlsplit(gateway_url).port
+        assert host is not None and gateway_port is not None
+        token = sandbox._envd_access_token or ""  # where the SDK keeps it
+        for target in (f"*@127.0.0.1:{port}/init", f"*@127.0.0.1:{port}/x", "*", "x/files"):
+            with socket.create_connection((host, gateway_port), timeout=5) as client:
+                head = (
+                    f"POST {target} HTTP/1.1\r\nHost: {host}\r\n"
+                    f"E2b-Sandbox-Id: {sandbox.sandbox_id}\r\nX-Access-Token: {token}\r\n"
+                    "Content-Length: 2\r\nConnection: close\r\n\r\n{}"
+                )
+                client.sendall(head.encode())
+                answer = b""
+                while chunk := client.recv(65536):
+                    answer += chunk
+            assert answer.split(b"\r\n", 1)[0] in {
+                b"HTTP/1.1 400 Bad Request",
+                b"HTTP/1.1 404 Not Found",
+            }, (target, answer[:200])
+            with pytest.raises(TimeoutError):
+                sink.accept()
