@@ -10,8 +10,10 @@
 # The socket unit makes systemd the owner of the agent's port, from now until the VM stops: it
 # passes the listening socket to the agent (socket activation), and holds it while the agent
 # restarts, so that no local user can take the port above 1024 in between and receive the
-# gateway's requests with their access token. It listens on both IPv4 and IPv6 (BindIPv6Only),
-# so that neither family's wildcard is left to take.
+# gateway's requests with their access token. It listens on the bare port with BindIPv6Only, so
+# on both IPv4 and IPv6 and neither family's wildcard is left to take; on a guest booted without
+# IPv6 (ipv6.disable=1) systemd takes a bare port as IPv4's, where `[::]:PORT` would leave the
+# unit without a socket, and the port free.
 #
 # The service runs the agent as root, so that it can act as any local user; the sandbox's user
 # is its default, and the workspace is the root of files and commands. The sandbox's users share
@@ -65,7 +67,7 @@ write_unit "$name.socket" <<UNIT
 Description=Workspace sandbox agent's port, held by systemd while the agent restarts
 
 [Socket]
-ListenStream=[::]:$port
+ListenStream=$port
 BindIPv6Only=both
 NoDelay=true
 Backlog=1024

@@ -508,7 +508,7 @@ def test_the_boot_mounts_the_agent_disk_read_only_and_starts_the_agent_units(
         "Description=Workspace sandbox agent's port, held by systemd while the agent restarts\n"
         "\n"
         "[Socket]\n"
-        "ListenStream=[::]:49983\n"
+        "ListenStream=49983\n"
         "BindIPv6Only=both\n"
         "NoDelay=true\n"
         "Backlog=1024\n"
@@ -550,7 +550,7 @@ def test_systemd_reads_every_line_of_the_agent_units(guest: Guest, tmp_path: Pat
 def test_the_agent_port_is_the_one_given(guest: Guest) -> None:
     done = guest.run(["sh", f"{DISK}/boot.sh", "8000", USER, WORKSPACE])
     assert done.returncode == 0, done.stderr
-    assert "ListenStream=[::]:8000\n" in guest.path(SOCKET).read_text()
+    assert "ListenStream=8000\n" in guest.path(SOCKET).read_text()
 
 
 def test_without_the_agent_the_boot_mounts_nothing_and_starts_nothing(guest: Guest) -> None:
