@@ -86,6 +86,7 @@ MERGE_PATCH = "application/merge-patch+json"
 UPDATE_ATTEMPTS = 5
 MAX_MESSAGE = 500
 NOT_FOUND, CONFLICT = 404, 409
+CALL_PAGE = 20  # objects a page of a list made for a call: each may be as large as etcd allows
 CLAIMS = 3  # members a create tries before it creates cold: a broken pool costs little time
 PAUSED_PHASES = frozenset({"Suspending", "Suspended"})
 # RBAC's wording: `... is forbidden: User "x" cannot create resource "y" in API group ...`.
@@ -451,19 +452,34 @@ class KubernetesBackend:
         return sandbox_of(await self._get(namespace, sandbox_id), self.settings)
 
     async def list(self, namespace: str) -> list[Sandbox]:
-        listed = await self._call(
-            self.custom.list_namespaced_custom_object,
-            GROUP,
-            VERSION,
-            namespace,
-            PLURAL,
-            label_selector=ID_LABEL,
-        )
-        return [
-            sandbox_of(o, self.settings)
-            for o in listed.get("items", [])
-            if shown(o, self.settings.seed)
-        ]
+        """Straight from the API server, each page read down at once to what the answer needs.
+
+        A tenant's objects may be as large as etcd allows: a page of CALL_PAGE holds few.
+        """
+
+        def listing(**options: Any) -> Any:
+            return self.custom.list_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, **options
+            )
+
+        return [*await self._pages(listing, ID_LABEL, lambda o: sandbox_of(o, self.settings))]
+
+    async def _pages(
+        self, listing: Callable[..., Any], selector: str, keep: Callable[[dict[str, Any]], T]
+    ) -> Sequence[T]:
+        """A list, page by page, with `keep` of each of the gateway's shown objects."""
+        found: list[T] = []
+        token: str | None = None
+        while True:
+            options: dict[str, Any] = {"label_selector": selector, "limit": CALL_PAGE}
+            if token:
+                options["_continue"] = token
+            listed = await self._call(listing, **options)
+            seed = self.settings.seed
+            found += [keep(o) for o in listed.get("items") or [] if shown(o, seed)]
+            token = (listed.get("metadata") or {}).get("continue")
+            if not token:
+                return found
 
     async def suspend(self, namespace: str, sandbox_id: str) -> None:
         def change(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -563,17 +579,11 @@ class KubernetesBackend:
         await self._init(obj, url)
 
     async def _listed(self, sandbox_id: str) -> tuple[dict[str, Any], ...]:
-        listed = await self._call(
-            self.custom.list_cluster_custom_object,
-            GROUP,
-            VERSION,
-            PLURAL,
-            label_selector=f"{ID_LABEL}={sandbox_id}",
-        )
-        items = listed.get("items", [])
-        return tuple(
-            o for o in items if shown(o, self.settings.seed) and o["metadata"]["name"] == sandbox_id
-        )
+        def listing(**options: Any) -> Any:
+            return self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **options)
+
+        found = await self._pages(listing, f"{ID_LABEL}={sandbox_id}", dict)
+        return tuple(o for o in found if o["metadata"]["name"] == sandbox_id)
 
     async def reap(self, now: datetime, leading: Callable[[], bool] = always) -> None:
         """Kill running sandboxes past their end time; the platform pauses auto-pause ones.

@@ -135,7 +135,7 @@ def answer(
     if found["group"] == LEASE_GROUP:
         return leases(cluster, method, (plural, ns, name or ""), body, content_type)
     if name is None:
-        return collection(cluster, method, (plural, ns, ""), selector, body)
+        return collection(cluster, method, (plural, ns, ""), selector, body, parse_qs(query))
     return item(cluster, method, (plural, ns, name), body, content_type)
 
 
@@ -165,8 +165,13 @@ def page(cluster: Cluster, items: list[dict[str, Any]], query: dict[str, list[st
     return 200, {"kind": "List", "metadata": metadata, "items": items}
 
 
-def collection(
-    cluster: Cluster, method: str, key: Key, selector: str, body: Callable[[], Any]
+def collection(  # noqa: PLR0917  # the request's parts
+    cluster: Cluster,
+    method: str,
+    key: Key,
+    selector: str,
+    body: Callable[[], Any],
+    query: dict[str, list[str]],
 ) -> Answer:
     plural, ns, _ = key
     if method == "GET":
@@ -175,7 +180,7 @@ def collection(
             for (r, n, _), o in cluster.objects.items()
             if r == plural and n == ns and selected(o, selector)
         ]
-        return 200, {"kind": "List", "metadata": listed_version(cluster), "items": items}
+        return page(cluster, items, query)
     if method != "POST":
         return status(405, "MethodNotAllowed", method)
     obj = body()

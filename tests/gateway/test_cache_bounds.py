@@ -22,6 +22,7 @@ from workspace_gateway.backend import NewSandbox
 from workspace_gateway.errors import GatewayError
 from workspace_gateway.kubernetes_backend import (
     CACHED_LABELS,
+    CALL_PAGE,
     ENV_VARS,
     GROUP,
     ID_LABEL,
@@ -317,3 +318,27 @@ def test_the_largest_sandbox_a_create_accepts_is_cached_and_a_larger_one_is_refu
 
 
 CONDITIONS = ("Ready", "Synced", "Ready", "Synced", "Ready")
+
+
+async def test_a_call_s_list_goes_by_small_pages_and_keeps_only_the_gateway_s(
+    tmp_path: Path,
+) -> None:
+    """`GET /v2/sandboxes` and `locate`'s fallback read the API server, a few objects at a time:
+    a tenant's own objects may each be as large as etcd allows."""
+    with kube_fake.serve() as (cluster, url):
+        for n in range(2 * CALL_PAGE + 5):
+            obj = look_alike(n * 7 + 1, "", marked=n % 2 == 0)  # all in tenant-1, half marked
+            with cluster.lock:
+                cluster.put((PLURAL, obj["metadata"]["namespace"], obj["metadata"]["name"]), obj)
+        api = config.new_client_from_config(config_file=str(kube_fake.kubeconfig(url, tmp_path)))
+        settings = Settings(templates={"base": BASE}, seed=SEED)
+        backend = KubernetesBackend(client.CustomObjectsApi(api), settings, httpx.AsyncClient())
+        try:
+            listed = await backend.list("tenant-1")
+            assert len(listed) == CALL_PAGE + 3
+            assert [q.get("limit") for q in cluster.lists] == [str(CALL_PAGE)] * 3
+            one = listed[0].sandbox_id
+            assert [s.sandbox_id for s in await backend.locate(one)] == [one]
+        finally:
+            await backend.close()
+            api.close()
