@@ -23,6 +23,7 @@ import hashlib
 import os
 import platform
 import pwd
+import secrets
 import shutil
 import socket
 import statistics
@@ -33,7 +34,7 @@ import time
 from pathlib import Path
 
 import httpx
-from e2b import Sandbox
+from e2b import ConnectionConfig, Sandbox
 
 MIB = 1024 * 1024
 GOALS = {"command ratio": 3.0, "write MiB/s": 100.0, "read MiB/s": 100.0}
@@ -49,6 +50,9 @@ USER = pwd.getpwnam("nobody") if os.geteuid() == 0 else pwd.getpwuid(os.geteuid(
 # What the agent gives a command (launch.py): its PATH, the user, the workspace as home and cwd.
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 BASH = ["/bin/bash", "-l", "-c", "true"]
+
+
+TOKEN = secrets.token_hex(32)
 
 
 def _start(root: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -70,11 +74,27 @@ def _start(root: Path) -> tuple[subprocess.Popen[bytes], str]:
     for _ in range(300):
         try:
             if httpx.get(url + "/health", timeout=1).status_code == httpx.codes.NO_CONTENT:
+                # As the gateway does: the agent serves no one until /init gives it a token.
+                init = httpx.post(url + "/init", json={"accessToken": TOKEN}, timeout=5)
+                if init.status_code != httpx.codes.NO_CONTENT:
+                    sys.exit(f"the agent refused /init: {init.text}")
                 return process, url
         except httpx.TransportError:
             time.sleep(0.05)
     process.kill()
     sys.exit("the agent did not answer /health")
+
+
+def _holding_token(created: Sandbox) -> Sandbox:
+    """The SDK's debug-mode sandbox, holding the token as a create through the gateway does."""
+    return Sandbox(
+        sandbox_id=created.sandbox_id,
+        sandbox_domain=created.sandbox_domain,
+        envd_version=created._envd_version,  # what create passes
+        envd_access_token=TOKEN,
+        traffic_access_token=None,
+        connection_config=ConnectionConfig(extra_sandbox_headers={"X-Access-Token": TOKEN}),
+    )
 
 
 def _ms(times: list[float], q: int) -> float:
@@ -153,7 +173,7 @@ def main() -> None:
         process, url = _start(root)
         os.environ.update(E2B_DEBUG="true", E2B_SANDBOX_URL=url)
         try:
-            sbx = Sandbox.create()
+            sbx = _holding_token(Sandbox.create())
             ours, floor = _commands(sbx, root, calls)
             files = _files(sbx, scratch, size)
             before = _usage(process.pid)
