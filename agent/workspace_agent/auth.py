@@ -28,7 +28,7 @@ from connectrpc.code import Code
 
 from workspace_agent import paths
 from workspace_agent.errors import AgentError
-from workspace_agent.http import Receive, Scope, Send, header, respond, respond_error
+from workspace_agent.http import Receive, Scope, Send, header, number, respond, respond_error
 from workspace_agent.state import Agent, Session
 
 Operation = Literal["read", "write"]
@@ -53,7 +53,7 @@ def authorize_files(
     if token is None:  # the app refuses every /files before /init; never open without a token
         raise AgentError(Code.UNAUTHENTICATED, "the sandbox's agent has not been initialised")
     presented = header(scope, "x-access-token")
-    if presented:
+    if presented is not None:  # present, even empty: it must match (the gateway's rule too)
         if session.token_matches(presented):
             return
         raise AgentError(Code.UNAUTHENTICATED, "the access token does not match")
@@ -62,12 +62,12 @@ def authorize_files(
         raise AgentError(Code.UNAUTHENTICATED, "missing access token or signature")
     expiration: int | None = None
     if "signature_expiration" in params:
-        try:
-            expiration = int(params["signature_expiration"])
-        except ValueError:
+        # ASCII digits only, as the gateway reads it: `int` also takes "+1", " 1" and "1_0".
+        expiration = number(params["signature_expiration"])
+        if expiration is None:
             raise AgentError(
                 Code.UNAUTHENTICATED, "signature_expiration is not a whole number of seconds"
-            ) from None
+            )
     expected = signature(
         params.get("path", ""), operation, params.get("username", ""), token, expiration
     )

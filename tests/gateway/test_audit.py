@@ -67,7 +67,8 @@ async def test_queries_keys_tokens_and_metadata_never_reach_the_log(
     await http.get("/v2/sandboxes?metadata=secret%3Dhunter2", headers={"X-API-Key": KEY})
     await http.get(f"/sandboxes/{ONE}", headers={"X-API-Key": KEY})
     await http.get("/v2/sandboxes", headers={"X-API-Key": "e2b_" + "9" * 40})
-    await http.get("/files?path=/secret/place", headers={"E2b-Sandbox-Id": "nosuch"})
+    plane = {"E2b-Sandbox-Id": "nosuch", "X-Access-Token": TOKEN}
+    await http.get("/files?path=/secret/place", headers=plane)
     logged = [r.getMessage() for r in caplog.records]
     assert len(logged) == 4
     text = "\n".join(logged)

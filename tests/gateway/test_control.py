@@ -206,7 +206,8 @@ async def test_internal_paths_are_refused_before_any_lookup(client: httpx.AsyncC
 
 
 async def test_a_paused_sandbox_answers_502(client: httpx.AsyncClient) -> None:
-    answer = await client.get("/health", headers={"Host": "49983-unknown.sbx.example.com"})
+    headers = {"Host": "49983-unknown.sbx.example.com", "X-Access-Token": TOKEN}
+    answer = await client.get("/health", headers=headers)
     assert answer.status_code == 502
     assert answer.json() == {
         "sandboxId": "unknown",

@@ -14,6 +14,7 @@ import httpx
 import pytest
 from e2b.sandbox.signature import get_signature
 from workspace_gateway.app import build_app
+from workspace_gateway.backend import Sandbox
 from workspace_gateway.credentials import authenticates, signature
 from workspace_gateway.keys import StaticKeys
 from workspace_gateway.proxy import forwarded_headers
@@ -147,9 +148,33 @@ async def test_a_look_alike_in_another_namespace_gets_nothing_of_the_owner_s(
 
 
 async def test_a_sandbox_that_is_not_there_is_e2b_s_not_found(client: httpx.AsyncClient) -> None:
-    answer = await client.get("/health", headers={"E2b-Sandbox-Id": "x" * 20})
+    # A token of a sandbox since killed: the SDK's `is_running` reads the 502 as "not running".
+    plane = {"E2b-Sandbox-Id": "x" * 20, "X-Access-Token": TOKEN}
+    answer = await client.get("/health", headers=plane)
     assert answer.status_code == 502
     assert answer.json()["message"] == "The sandbox was not found"
+    signed_only = await client.get(signed("/a", "read"), headers={"E2b-Sandbox-Id": "x" * 20})
+    assert signed_only.status_code == 502
+
+
+async def test_a_request_with_no_credential_at_all_costs_no_look_up(
+    client: httpx.AsyncClient, backend: Sandboxes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flood of made-up IDs with nothing to check spends nothing of `locate`'s budget."""
+    looked: list[str] = []
+    real = backend.locate
+
+    async def counting(sandbox_id: str) -> tuple[Sandbox, ...]:
+        looked.append(sandbox_id)
+        return await real(sandbox_id)
+
+    monkeypatch.setattr(backend, "locate", counting)
+    for n in range(20):
+        answer = await client.get("/health", headers={"E2b-Sandbox-Id": f"{n:020d}"})
+        assert (answer.status_code, answer.json()) == (401, REFUSED)
+    assert looked == []
+    await client.get("/health", headers={**PLANE, "X-Access-Token": "guessed"})
+    assert looked == [ONE]
 
 
 def test_the_caller_s_bearer_token_and_api_key_never_reach_the_sandbox() -> None:

@@ -257,7 +257,8 @@ async def test_the_reaper_kills_expired_sandboxes_and_leaves_auto_pause_to_the_p
 async def test_sandbox_ids_that_are_not_ids_never_reach_the_cluster(world: World) -> None:
     before = len(world.cluster.requests)
     for bad in ("x,y", "a" * 21, "../team-b", "!label"):
-        answer = await world.http.get("/health", headers={"E2b-Sandbox-Id": bad})
+        plane = {"E2b-Sandbox-Id": bad, "X-Access-Token": "0" * 64}
+        answer = await world.http.get("/health", headers=plane)
         assert answer.status_code == 502
         assert await world.backend.locate(bad) == ()
     answer = await world.call("GET", "/sandboxes/..%2Fteam-b", KEY_A)

@@ -318,4 +318,16 @@ def test_a_wrong_token_in_the_header_is_refused_even_with_a_signature(
     secured.files.write("a.txt", "a")
     r = httpx.get(secured.download_url("a.txt"), headers={"X-Access-Token": "wrong"})
     assert r.status_code == 401
+    empty = httpx.get(secured.download_url("a.txt"), headers={"X-Access-Token": ""})
+    assert empty.status_code == 401  # present, even empty, it must match: the gateway's rule
     assert agent.anonymous.get("/files", params={"path": "a.txt"}).status_code == 401
+
+
+def test_an_expiration_is_plain_digits_as_the_gateway_reads_it(secured: Sandbox) -> None:
+    secured.files.write("a.txt", "a")
+    signed = secured.download_url("a.txt", use_signature_expiration=60)
+    head, _, value = signed.rpartition("signature_expiration=")
+    assert httpx.get(signed).status_code == 200
+    for spelled in (f"%2B{value}", f"%20{value}", f"{value[:-1]}_{value[-1]}"):
+        answer = httpx.get(head + "signature_expiration=" + spelled)
+        assert answer.status_code == 401, spelled

@@ -117,7 +117,9 @@ def test_init_is_refused_from_outside(sandbox: Sandbox, gateway_url: str) -> Non
 
 
 def test_an_unknown_sandbox_answers_e2b_s_502(gateway_url: str) -> None:
-    answer = httpx.get(gateway_url + "/health", headers={"E2b-Sandbox-Id": "nosuchsandbox"})
+    # A token of a sandbox since killed, say: without one, 401 before any look-up.
+    headers = {"E2b-Sandbox-Id": "nosuchsandbox", "X-Access-Token": "0" * 64}
+    answer = httpx.get(gateway_url + "/health", headers=headers)
     assert answer.status_code == 502
     assert answer.json() == {
         "sandboxId": "nosuchsandbox",
