@@ -209,6 +209,15 @@ async def _sandbox(
     if not found:
         await respond_json(send, 502, proxy.not_found_body(target.sandbox_id))
         return
+    if target.port != proxy.ENVD_PORT:
+        # Only the agent's port is served so far; E2B's wording, which the SDK recognises.
+        body = {
+            "sandboxId": target.sandbox_id,
+            "message": f"The sandbox is running but port is not open: {target.port}",
+            "code": 502,
+        }
+        await respond_json(send, 502, body)
+        return
 
     def opens(token: str) -> bool:
         return credentials.authenticates(
@@ -219,15 +228,6 @@ async def _sandbox(
             query=parameters,
         )
 
-    if target.port != proxy.ENVD_PORT:
-        # Only the agent's port is served so far; E2B's wording, which the SDK recognises.
-        body = {
-            "sandboxId": target.sandbox_id,
-            "message": f"The sandbox is running but port is not open: {target.port}",
-            "code": 502,
-        }
-        await respond_json(send, 502, body)
-        return
     sandbox = choose(found, opens)
     if sandbox is None:
         raise NO_CREDENTIAL
