@@ -163,6 +163,8 @@ async def serve(
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
         server_header=False,
+        # The peer is the socket's, never a header's: `is_local` judges who is calling.
+        proxy_headers=False,
     )
     if inherited is not None:
         host, port = inherited.getsockname()[:2]
