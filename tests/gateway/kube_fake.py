@@ -479,7 +479,11 @@ def watch_stream(cluster: Cluster, request: BaseHTTPRequestHandler, path: str, q
     """
     params = {k: v[0] for k, v in parse_qs(query).items()}
     history = cluster.history
-    history.watches.append(params)
+    with history.changed:
+        # Counted as opened, and a drop from now on ends it, in one step: a test that drops
+        # the watch once it sees it opened never drops it too early to count.
+        history.watches.append(params)
+        drops = history.drops
     every = ALL_NAMESPACES.fullmatch(path)
     found = every or NAMESPACED.fullmatch(path)
     if found is None or (every is None and found["name"] is not None):
@@ -500,7 +504,6 @@ def watch_stream(cluster: Cluster, request: BaseHTTPRequestHandler, path: str, q
     open_stream(request)
     deadline = time.monotonic() + float(params.get("timeoutSeconds") or 1800)
     with history.changed:
-        drops = history.drops
         start = params.get("resourceVersion") or ""
         if start and int(start) < history.oldest:
             gone = status(410, "Expired", f"too old resource version: {start}")[1]

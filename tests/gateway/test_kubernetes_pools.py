@@ -265,7 +265,11 @@ async def test_members_are_invisible_until_handed_out_then_only_their_callers(
             ):
                 answer = await a.call(method, path, json={})
                 assert answer.status_code == 404, (method, answer.text)
-            plane = await a.http.get("/health", headers={"E2b-Sandbox-Id": sandbox_id})
+            # Not even with the token it will have once handed out.
+            would_be = access_token(SEED, NS, sandbox_id)
+            plane = await a.http.get(
+                "/health", headers={"E2b-Sandbox-Id": sandbox_id, "X-Access-Token": would_be}
+            )
             assert plane.status_code == 502
             assert await a.backend.locate(sandbox_id) == ()
         assert [s["sandboxID"] for s in (await a.call("GET", "/v2/sandboxes")).json()] == [cold]

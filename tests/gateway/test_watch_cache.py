@@ -131,6 +131,7 @@ async def test_a_dropped_watch_resumes_where_it_was_and_a_410_lists_again(
     cache, history = watched.backend.cache, watched.cluster.history
     await eventually(lambda: cache.get(("team-a", A)) is not None)
     assert watched.lists() == 1
+    await eventually(lambda: len(history.watches) == 1)  # the watch after the list is open
 
     history.drop()  # the API server restarts: the watch resumes from its last version
     await eventually(lambda: len(history.watches) == 2)
