@@ -8,7 +8,9 @@ A replica keeps nothing another one needs. An auto-pause sandbox also carries it
 
 The agent's access token is derived, never stored: HMAC-SHA256 of the namespace and sandbox ID
 under a seed only the gateway holds. The namespace is part of it, so a sandbox of the same name
-made by hand in another namespace has another token (see `Backend.locate`).
+made by hand in another namespace has another token (see `Backend.locate`). Every object the
+gateway makes also carries its mark (`mark`), under the same seed but another message: without
+it an object is not the gateway's, and is never cached, shown, reaped or routed to.
 
 Each replica watches the gateway's sandboxes in every namespace (`sandbox_cache`): the data
 plane finds a sandbox in that cache, and create and connect wait on its changes rather than
