@@ -193,7 +193,7 @@ async def _sandbox(
     scope: Scope,
     receive: Receive,
     send: Send,
-    streams: proxy.Streams | None = None,
+    streams: proxy.Streams,
 ) -> None:
     if not proxy.origin_form(scope):
         raise GatewayError(400, "the request's target must be a path that starts with one /")

@@ -299,12 +299,12 @@ async def forward(
     receive: Receive,
     send: Send,
     reinit: Callable[[], Awaitable[None]],
-    streams: Streams | None = None,
-    tenant: str = "",
+    streams: Streams,
+    tenant: str,
 ) -> None:
     """Stream this request to `endpoint` (the agent's base URL) and its answer back.
 
-    With `streams`, only as one of `tenant`'s (its namespace's) admitted streams.
+    Only as one of `tenant`'s (its namespace's) admitted `streams`.
 
     An agent that answers `X-Agent-Initialized: false` has restarted since the gateway's last
     `/init`: `reinit` gives it back its token and env vars, and the request is sent again.
@@ -312,9 +312,6 @@ async def forward(
     uploads) is read whole first; a bigger one streams through, and is answered 503 if the
     agent turned out to have restarted, for the caller to send again.
     """
-    if streams is None:
-        await _forward(http, sandbox_id, endpoint, scope, receive, send, reinit)
-        return
     refused = streams.refusal(tenant)
     if refused is not None:
         await respond_json(send, 429, {"code": 429, "message": refused})
