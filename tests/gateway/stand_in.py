@@ -244,14 +244,17 @@ def serving(
     monkeypatch: pytest.MonkeyPatch,
     templates: dict[str, Template] | None = None,
     judge: Judge | None = None,
+    platform_of: Callable[[kube_fake.Cluster, Path], Platform] = Platform,
 ) -> Iterator[kube_fake.Cluster]:
-    """The gateway on a loopback port, the SDK pointed at it; `judge` stands for the function."""
+    """The gateway on a loopback port, the SDK pointed at it; `judge` stands for the function,
+    and `platform_of` makes the platform, whose `start` and `stop` are what a sandbox runs on
+    (local agents here; a booted VM or a pod under a real runtime in `tests/boot`)."""
     port = free_port()
     servers: list[uvicorn.Server] = []
 
     async def serve(cluster: kube_fake.Cluster, kubeconfig: Path) -> None:
         api = config.new_client_from_config(config_file=str(kubeconfig))
-        platform = Platform(cluster, tmp_path)
+        platform = platform_of(cluster, tmp_path)
         if judge is not None:
             platform.judge = judge
         settings = Settings(
