@@ -61,9 +61,7 @@ def another_python() -> Path:
     pytest.skip("no CPython 3.11+ other than this venv's")
 
 
-@pytest.fixture(scope="module")
-def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("bundle") / "agent"
+def _build(out: Path) -> Path:
     done = subprocess.run(
         [BUILD_BUNDLE, out],
         env={**os.environ, "PYTHON": sys.executable},
@@ -74,6 +72,36 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     assert done.returncode == 0, done.stderr
     return out
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _build(tmp_path_factory.mktemp("bundle") / "agent")
+
+
+def _contents(tree: Path) -> dict[str, tuple[int, bytes]]:
+    """Each file and link of `tree` by its relative path: its mode, and its bytes' hash."""
+    found: dict[str, tuple[int, bytes]] = {}
+    for path in sorted(tree.rglob("*")):
+        data = os.readlink(path).encode() if path.is_symlink() else b""
+        if path.is_file() and not path.is_symlink():
+            data = path.read_bytes()
+        found[str(path.relative_to(tree))] = (path.lstat().st_mode, hashlib.sha256(data).digest())
+    return found
+
+
+def test_two_builds_in_different_folders_are_the_same_bytes(bundle: Path, tmp_path: Path) -> None:
+    # Bytecode once named the folder, and RECORD files listed the removed console scripts with
+    # the hashes of their shebangs, which name the building Python.
+    again = _build(tmp_path / "elsewhere" / "deeper" / "bundle")
+    first, second = _contents(bundle), _contents(again)
+    assert [p for p in first.keys() | second.keys() if first.get(p) != second.get(p)] == []
+    for record in again.glob("lib/*.dist-info/RECORD"):
+        for line in record.read_text().splitlines():
+            assert (again / "lib" / line.split(",", 1)[0]).exists(), (record, line)
+    _tool("mkfs.ext4")
+    disks = [_disk(b, tmp_path / f"{n}.img") for n, b in enumerate((bundle, again))]
+    assert len({hashlib.sha256(d.read_bytes()).digest() for d in disks}) == 1
 
 
 def _constraints() -> dict[str, str]:
