@@ -393,7 +393,7 @@ def test_with_cluster_dns_the_guest_keeps_its_resolver(guest: Guest) -> None:
 def test_sshd_takes_the_drop_in_over_the_images_own_settings(guest: Guest) -> None:
     sshd = Path("/usr/sbin/sshd")
     if not sshd.exists():
-        pytest.skip("no OpenSSH server here")
+        _unavailable("no OpenSSH server here (Debian: openssh-server)")
     # The distribution's own sshd_config where there is one, with a later drop-in that asks for
     # the home's key file: the first value sshd reads must be ours.
     if Path("/etc/ssh/sshd_config").exists():
