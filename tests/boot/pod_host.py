@@ -200,6 +200,7 @@ class RunningPod:
     mounted: list[Path] = field(default_factory=list)
     id: str = field(default_factory=lambda: f"wsp-{os.getpid()}-{next(_ids)}")
     logs: Path | None = None
+    began: float = 0.0
 
     @property
     def state(self) -> Path:
@@ -273,8 +274,8 @@ class RunningPod:
         self.mounted.append(top / "merged")
         return top / "merged"
 
-    def start(self) -> float:
-        """Init containers to completion, then the container: the seconds its start took."""
+    def start(self) -> None:
+        """Init containers to completion, then the container."""
         self.state.mkdir(parents=True, exist_ok=True)
         self.pod = self.pod or self.prepare()
         for container in self.pod.init:
@@ -293,13 +294,13 @@ class RunningPod:
             )
             if done.returncode != 0:
                 raise RuntimeError(f"init container {container.name}: {done.stderr}{done.stdout}")
-        return self.run_main()
+        self.run_main()
 
-    def run_main(self) -> float:
+    def run_main(self) -> None:
         """(Re)start the container, as kubelet does after its process exits."""
         assert self.pod is not None
         self.logs = self.folder / "container.log"
-        began = time.monotonic()
+        self.began = time.monotonic()
         with self.logs.open("ab") as log:
             subprocess.run(
                 self.command(
@@ -312,7 +313,14 @@ class RunningPod:
                 timeout=60,
                 check=True,
             )  # fmt: skip
-        return time.monotonic() - began
+
+    def started_to_healthy(self) -> float:
+        """Seconds from the container's `run` to its agent's first /health answer."""
+        self.wait_healthy()
+        return time.monotonic() - self.began
+
+    def kill_main(self) -> None:
+        run(*self.command("kill", self.main_id, "KILL"))
 
     @property
     def main_id(self) -> str:

@@ -127,7 +127,8 @@ class Platform:
                 "reason": "Available",
                 "lastTransitionTime": "2026-01-01T00:00:00Z",
             }
-            status = {"phase": "Running", "endpoint": host, "conditions": [ready]}
+            # `start` may move it: a pod's agent is at the pod's own address.
+            status = {"phase": "Running", "endpoint": self.hosts_of[where], "conditions": [ready]}
             self._status(key, status)
         elif not running and phase != "Suspended":
             await self.stop(where)

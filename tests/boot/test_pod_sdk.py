@@ -1,0 +1,130 @@
+"""The rendered pod under runc and runsc, driven by the unmodified SDK through the gateway.
+
+Each sandbox the SDK creates is rendered by the function (the `gvisor` preset: an agent-sandbox
+Sandbox's pod template), translated into OCI bundles with its hardening intact
+(`pod_bundle.py`), and run on this host in a network namespace of its own (`pod_host.py`), the
+gateway forwarding to the pod's own address. What a tenant's agent does there (files,
+commands, git, pip, npm) works as the pod's user, and what the spec forbids (writing the root
+file system, capabilities, gaining privileges, unfiltered syscalls) stays forbidden inside.
+
+Needs root, runc, iptables, containers-common's seccomp profile and the images
+`scripts/test-images sandbox` and `scripts/test-images runsc` build: without them the tests
+skip, and with `CI` set they fail. pip and npm reach their registries through the host (NAT,
+`pod_host.egress`), as a node's pods do.
+"""
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from e2b import Sandbox
+from workspace_gateway.templates import Template
+
+from tests.boot import pod_host
+from tests.boot.pod_platform import PodPlatform
+from tests.gateway import kube_fake
+from tests.gateway.stand_in import serving
+
+pytestmark = pytest.mark.pod
+
+POD = Template(
+    image="ubuntu-24.04", preset="gvisor", resources={"cpu": "1", "memory": "2Gi", "disk": "10Gi"}
+)
+COMMAND_SECONDS = 120
+
+
+@pytest.fixture(scope="module")
+def images() -> Iterator[pod_host.Images]:
+    found = pod_host.images()
+    with pod_host.egress():
+        yield found
+
+
+@pytest.fixture(params=pod_host.RUNTIMES)
+def platform(
+    request: pytest.FixtureRequest,
+    images: pod_host.Images,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[PodPlatform]:
+    made: list[PodPlatform] = []
+
+    def platform_of(cluster: kube_fake.Cluster, folder: Path) -> PodPlatform:
+        made.append(PodPlatform(cluster, folder, runtime=request.param, images=images))
+        return made[0]
+
+    with serving(tmp_path, monkeypatch, templates={"base": POD}, platform_of=platform_of):
+        yield made[0]
+
+
+def shell(sandbox: Sandbox, script: str) -> str:
+    """`script`'s stdout and its exit status, whatever the status."""
+    done = sandbox.commands.run(f"{script}; echo rc=$?", timeout=COMMAND_SECONDS)
+    return done.stdout
+
+
+def status_field(sandbox: Sandbox, name: str) -> str:
+    text = sandbox.commands.run(f"grep '^{name}:' /proc/self/status").stdout
+    return text.split(":", 1)[1].strip()
+
+
+@pytest.mark.usefixtures("platform")
+def test_the_sdk_works_in_the_rendered_pod_and_its_hardening_holds() -> None:
+    sandbox = Sandbox.create(envs={"GREETING": "hello"})
+    assert sandbox.commands.run("echo $GREETING").stdout == "hello\n"
+    assert sandbox.commands.run("id").stdout == "uid=1000(user) gid=1000(user) groups=1000(user)\n"
+    sandbox.files.write("notes/kept.txt", "kept")
+    assert sandbox.files.read("notes/kept.txt") == "kept"
+    assert [e.name for e in sandbox.files.list("notes")] == ["kept.txt"]
+    assert sandbox.commands.run("ls -l notes").stdout.split()[2:4] == ["user", "user"]
+    assert sandbox.commands.run("stat -c '%U %s' notes/kept.txt").stdout == "user 4\n"
+
+    git = (
+        "git init -q repo && cd repo && git config user.email a@example.com"
+        " && git config user.name A && echo x > x && git add x && git commit -qm one"
+        " && git log --format=%s"
+    )
+    assert shell(sandbox, git).endswith("one\nrc=0\n")
+    pip = "pip install --user --no-cache-dir --quiet six==1.17.0 && python3 -c 'import six'"
+    assert shell(sandbox, pip).endswith("rc=0\n")
+    npm = (
+        "mkdir js && cd js && npm install --no-audit --no-fund --silent is-number@7.0.0"
+        " && node -e 'console.log(require(\"is-number\")(1))'"
+    )
+    assert shell(sandbox, npm).endswith("true\nrc=0\n")
+
+    # The spec's hardening, as the process inside sees it.
+    assert "Read-only file system" in shell(sandbox, "touch /usr/planted 2>&1")
+    assert status_field(sandbox, "CapEff") == "0000000000000000"
+    assert status_field(sandbox, "CapBnd") == "0000000000000000"
+    assert status_field(sandbox, "NoNewPrivs") == "1"
+    assert status_field(sandbox, "Seccomp") == "2"
+    assert sandbox.kill() is True
+
+
+def test_a_killed_agent_comes_back_closed_until_the_gateway_initializes_it(
+    platform: PodPlatform,
+) -> None:
+    sandbox = Sandbox.create(envs={"GREETING": "hello"})
+    sandbox_id = sandbox.sandbox_id
+    sandbox.files.write("kept.txt", "kept")
+    where = ("team-a", sandbox_id)
+    pod = platform.pods[where]
+    agent = f"http://{platform.hosts_of[where]}:{platform.port}"
+    pod.kill_main()  # as an OOM kill or a crash ends it
+    deadline = time.monotonic() + 30
+    while platform.restarts == 0 or pod.status() != "running":
+        assert time.monotonic() < deadline, "the container did not come back"
+        time.sleep(0.05)
+    health = pod.wait_healthy()
+    assert health.headers["x-agent-initialized"] == "false"
+    # Straight to the pod, without the token: refused.
+    refused = httpx.get(f"{agent}/files", params={"path": "kept.txt"})
+    assert refused.status_code == 401
+
+    resumed = Sandbox.connect(sandbox_id)
+    assert resumed.files.read("kept.txt") == "kept"
+    assert resumed.commands.run("echo $GREETING").stdout == "hello\n"
+    assert resumed.kill() is True
