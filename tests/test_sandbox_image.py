@@ -116,3 +116,10 @@ def test_the_default_interpreter_is_the_images_python3() -> None:
     # Ubuntu's python3 package is /usr/bin/python3, which a delivered agent runs on.
     assert DEFAULT_PYTHON == "/usr/bin/python3"
     assert pod_command(AGENT_PLATFORM)[:3] == [DEFAULT_PYTHON, "-I", f"{BUNDLE}/{LAUNCHER}"]
+
+
+def test_the_login_profile_gives_the_users_commands_the_images_env() -> None:
+    # The agent's commands don't inherit the container's ENV; their login shell reads this.
+    profile = heredocs()["/etc/profile.d/workspace-sandbox.sh"]
+    exported = dict(line.removeprefix("export ").split("=", 1) for line in profile.splitlines())
+    assert exported == env()

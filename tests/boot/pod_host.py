@@ -41,6 +41,8 @@ SECCOMP = Path("/usr/share/containers/seccomp.json")
 """containers-common's default profile (Debian's golang-github-containers-common)."""
 SUBNET = "10.213"
 """Pod n is SUBNET.n.0/30: the host's end .1, the pod's .2 (not a range the host uses)."""
+BUSYBOX_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+"""The agent image's only ENV, its busybox base's (which its init container's `cp` is found on)."""
 HEALTH_SECONDS = 30
 STOP_SECONDS = 10
 
@@ -84,7 +86,7 @@ class Images:
 
     def env(self, image: str) -> list[str]:
         if image == AGENT_IMAGE:
-            return []  # busybox's PATH is the runtime's default
+            return [BUSYBOX_PATH]
         return (self.sandbox / "env").read_text().splitlines()
 
 
@@ -139,35 +141,49 @@ class Netns:
     def address(self) -> str:
         return f"{SUBNET}.{self.index}.2"
 
+    @property
+    def gateway(self) -> str:
+        return f"{SUBNET}.{self.index}.1"
+
+    @property
+    def outside(self) -> str:
+        return f"{self.name}h"
+
+    def configure(self) -> None:
+        """The pod's end of the pair: its address, up, and the host as its way out.
+
+        Again before each runsc container: runsc's sandbox network moves the interface's
+        addresses and routes into its own network stack, taking them off the namespace's
+        interface, and they do not come back when the sandbox exits. On a node, a pod's
+        containers all run in the one sandbox of its pause container, so this never arises.
+        """
+        inside = ("ip", "-n", self.name)
+        run(*inside, "addr", "replace", f"{self.address}/30", "dev", "eth0")
+        run(*inside, "link", "set", "eth0", "up")
+        run(*inside, "link", "set", "lo", "up")
+        run(*inside, "route", "replace", "default", "via", self.gateway)
+
     @classmethod
     @contextlib.contextmanager
     def made(cls) -> Iterator[Netns]:
         """The first free one of 250: `ip netns add` refuses a name that exists."""
         for index in range(1, 251):
             name = f"wsp{index}"
-            if (
-                subprocess.run(
-                    ["ip", "netns", "add", name], check=False, capture_output=True
-                ).returncode
-                == 0
-            ):
+            added = subprocess.run(["ip", "netns", "add", name], check=False, capture_output=True)
+            if added.returncode == 0:
                 break
         else:
             raise RuntimeError("no free network namespace name (wsp1 to wsp250)")
         netns = cls(name, index)
-        outside, host = f"{name}h", f"{SUBNET}.{index}.1"
         try:
-            run("ip", "link", "add", outside, "type", "veth", "peer", "name", "eth0", "netns", name)
-            run("ip", "addr", "add", f"{host}/30", "dev", outside)
-            run("ip", "link", "set", outside, "up")
-            inside = ("ip", "netns", "exec", name, "ip")
-            run(*inside, "addr", "add", f"{netns.address}/30", "dev", "eth0")
-            run(*inside, "link", "set", "eth0", "up")
-            run(*inside, "link", "set", "lo", "up")
-            run(*inside, "route", "add", "default", "via", host)
+            pair = ("type", "veth", "peer", "name", "eth0", "netns", name)
+            run("ip", "link", "add", netns.outside, *pair)
+            run("ip", "addr", "add", f"{netns.gateway}/30", "dev", netns.outside)
+            run("ip", "link", "set", netns.outside, "up")
+            netns.configure()
             yield netns
         finally:
-            subprocess.run(["ip", "link", "del", outside], check=False, capture_output=True)
+            subprocess.run(["ip", "link", "del", netns.outside], check=False, capture_output=True)
             subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
 
 
@@ -280,6 +296,7 @@ class RunningPod:
         self.pod = self.pod or self.prepare()
         for container in self.pod.init:
             name = f"{self.id}-{container.name}"
+            self.netns.configure()
             done = subprocess.run(
                 self.command(
                     "run", "--bundle", str(self.folder / "bundles" / container.name), name
@@ -300,6 +317,7 @@ class RunningPod:
         """(Re)start the container, as kubelet does after its process exits."""
         assert self.pod is not None
         self.logs = self.folder / "container.log"
+        self.netns.configure()
         self.began = time.monotonic()
         with self.logs.open("ab") as log:
             subprocess.run(
