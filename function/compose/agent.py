@@ -40,8 +40,9 @@ VOLUME = "agent"
 WORKSPACE = "/workspace"
 HEALTH = "/health"
 
-# requests = limits for the copy, like every container of a sandbox pod.
-_COPY_RESOURCES = {"cpu": "100m", "memory": "64Mi", "ephemeral-storage": "64Mi"}
+# requests = limits for the copy, like every container of a sandbox pod; its CPU is the sandbox
+# container's (`init_containers`).
+_COPY_RESOURCES = {"memory": "64Mi", "ephemeral-storage": "64Mi"}
 # The bundle is about 25 MiB; the copy may never fill the pod's ephemeral storage.
 COPY_SIZE = "128Mi"
 _COPY_TARGET = "/agent"
@@ -88,10 +89,20 @@ def pod_volumes(platform: SandboxPlatform) -> list[dict[str, Any]]:
     return [{"name": VOLUME, "emptyDir": {"sizeLimit": COPY_SIZE}}]
 
 
-def init_containers(platform: SandboxPlatform, security: dict[str, Any]) -> list[dict[str, Any]]:
-    """The copy of the bundle into the pod, as hardened as the sandbox container itself."""
+def init_containers(
+    platform: SandboxPlatform, security: dict[str, Any], cpu: str
+) -> list[dict[str, Any]]:
+    """The copy of the bundle into the pod, as hardened as the sandbox container itself.
+
+    It may use the sandbox container's `cpu`: a pod's effective request is the larger of its
+    init containers' and the sum of its containers', so this takes no more of the node or the
+    quota, and the pod starts sooner. Held to 100m, the copy of the bundle's ~600 files took
+    5 s under runc and 11 s under gVisor before the agent could start (tests/boot, the pod
+    tier); at one CPU, 0.4 s and 0.8 s.
+    """
     if platform.agent is None:
         return []
+    amounts = {"cpu": cpu, **_COPY_RESOURCES}
     return [
         {
             "name": "agent",
@@ -99,7 +110,7 @@ def init_containers(platform: SandboxPlatform, security: dict[str, Any]) -> list
             "imagePullPolicy": "IfNotPresent",
             # Not -a: the copy belongs to the pod's user, whatever owns the image's files.
             "command": ["cp", "-R", f"{BUNDLE}/.", _COPY_TARGET],
-            "resources": {"requests": dict(_COPY_RESOURCES), "limits": dict(_COPY_RESOURCES)},
+            "resources": {"requests": dict(amounts), "limits": dict(amounts)},
             "securityContext": security,
             "volumeMounts": [{"name": VOLUME, "mountPath": _COPY_TARGET}],
         }

@@ -94,8 +94,9 @@ def _container(
     }
 
 
-def _init_containers(preset: Preset, platform: SandboxPlatform) -> dict[str, Any]:
-    found = agent.init_containers(platform, _security_context(preset))
+def _init_containers(preset: Preset, platform: SandboxPlatform, size: Size) -> dict[str, Any]:
+    cpu = container_resources(preset, size)["limits"]["cpu"]
+    found = agent.init_containers(platform, _security_context(preset), cpu)
     return {"initContainers": found} if found else {}
 
 
@@ -125,7 +126,7 @@ def pod_spec(
             "fsGroupChangePolicy": "OnRootMismatch",
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-        **_init_containers(preset, platform),
+        **_init_containers(preset, platform, size),
         "containers": [_container(ws, preset, platform, image.oci, size)],
         "volumes": [
             workspace,

@@ -101,7 +101,7 @@ def the_pod() -> Manifest:
     return spec
 
 
-def at(spec: Manifest, *keys: str | int) -> Any:
+def at(spec: Any, *keys: str | int) -> Any:
     for key in keys:
         spec = spec[key]
     return spec
