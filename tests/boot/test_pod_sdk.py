@@ -70,8 +70,7 @@ def status_field(sandbox: Sandbox, name: str) -> str:
     return text.split(":", 1)[1].strip()
 
 
-@pytest.mark.usefixtures("platform")
-def test_the_sdk_works_in_the_rendered_pod_and_its_hardening_holds() -> None:
+def test_the_sdk_works_in_the_rendered_pod_and_its_hardening_holds(platform: PodPlatform) -> None:
     sandbox = Sandbox.create(envs={"GREETING": "hello"})
     assert sandbox.commands.run("echo $GREETING").stdout == "hello\n"
     assert sandbox.commands.run("id").stdout == "uid=1000(user) gid=1000(user) groups=1000(user)\n"
@@ -103,7 +102,14 @@ def test_the_sdk_works_in_the_rendered_pod_and_its_hardening_holds() -> None:
     assert status_field(sandbox, "CapBnd") == "0000000000000000"
     assert status_field(sandbox, "NoNewPrivs") == "1"
     assert status_field(sandbox, "Seccomp") == "2"
-    assert sandbox.kill() is True
+
+    # Paused, the pod goes and its workspace stays; resumed, a new pod mounts it.
+    assert sandbox.pause() is True
+    assert platform.pods == {}
+    resumed = Sandbox.connect(sandbox.sandbox_id)
+    assert resumed.files.read("notes/kept.txt") == "kept"
+    assert resumed.commands.run("cd repo && git log --format=%s").stdout == "one\n"
+    assert resumed.kill() is True
 
 
 def test_a_killed_agent_comes_back_closed_until_the_gateway_initializes_it(
