@@ -43,6 +43,7 @@ SUBNET = "10.213"
 """Pod n is SUBNET.n.0/30: the host's end .1, the pod's .2 (not a range the host uses)."""
 BUSYBOX_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 """The agent image's only ENV, its busybox base's (which its init container's `cp` is found on)."""
+CGROUP_ROOT = "/workspace-sandbox-pods"
 MAX_CONTAINER_STARTS = 16
 """Sandboxes one pod's runsc root sees at most in a test: its init containers, restarts."""
 HEALTH_SECONDS = 30
@@ -265,7 +266,7 @@ class RunningPod:
             seccomp=pod_bundle.runtime_default(
                 json.loads(SECCOMP.read_text()), _go_arch(), capabilities=[]
             ),
-            cgroup_parent=f"/workspace-sandbox-pods/{self.id}",
+            cgroup_parent=self.cgroup_parent,
         )
         pod = pod_bundle.translate(self.spec, host)
         (etc / "resolv.conf").write_text(pod.resolv_conf)
@@ -396,10 +397,29 @@ class RunningPod:
         # container starts.
         null_netns = self.state / "null-netns"
         for _ in range(2 * MAX_CONTAINER_STARTS):
-            if subprocess.run(
+            unmounted = subprocess.run(
                 ["umount", "-l", null_netns], check=False, capture_output=True
-            ).returncode:
+            )
+            if unmounted.returncode != 0:
                 break
+        remove_cgroups(self.cgroup_parent)
+
+    @property
+    def cgroup_parent(self) -> str:
+        return f"{CGROUP_ROOT}/{self.id}"
+
+
+def remove_cgroups(path: str) -> None:
+    """The pod's cgroups in every hierarchy: the runtimes remove each container's own, not the
+    pod's above them (kubelet removes those)."""
+    for hierarchy in Path("/sys/fs/cgroup").iterdir():
+        top = hierarchy / path.lstrip("/")
+        if top.is_dir():
+            for folder in sorted((d for d in top.rglob("*") if d.is_dir()), reverse=True):
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+            with contextlib.suppress(OSError):
+                top.rmdir()
 
 
 def mounts_under(folder: Path) -> list[str]:

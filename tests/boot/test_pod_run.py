@@ -49,3 +49,5 @@ def test_the_rendered_pod_starts_and_its_agent_answers_closed(
         # The workspace claim is the pod's user's to write, through the fsGroup kubelet applies.
         assert workspace.stat().st_gid == 1000
     assert pod_host.mounts_under(tmp_path) == []
+    cgroups = (h / pod.cgroup_parent.lstrip("/") for h in Path("/sys/fs/cgroup").iterdir())
+    assert [c for c in cgroups if c.exists()] == []
