@@ -24,7 +24,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -263,9 +262,8 @@ class RunningPod:
                 "hostname": etc / "hostname",
                 "resolv.conf": etc / "resolv.conf",
             },
-            seccomp=pod_bundle.runtime_default(
-                json.loads(SECCOMP.read_text()), _go_arch(), capabilities=[]
-            ),
+            seccomp=json.loads(SECCOMP.read_text()),
+            arch=_go_arch(),
             cgroup_parent=self.cgroup_parent,
         )
         pod = pod_bundle.translate(self.spec, host)
@@ -444,8 +442,3 @@ def running(
             yield pod
         finally:
             pod.close()
-
-
-def config_of(pod: RunningPod) -> dict[str, Any]:
-    assert pod.pod is not None
-    return pod.pod.main.config

@@ -48,7 +48,8 @@ def host(tmp_path: Path) -> Host:
         env_of=lambda _: ["PATH=/usr/bin:/bin", "HOME=/root"],
         volume_dir=lambda name, _kind: tmp_path / "volumes" / name,
         etc={f: tmp_path / f for f in ("hosts", "hostname", "resolv.conf")},
-        seccomp=pod_bundle.runtime_default(PROFILE, "amd64", capabilities=[]),
+        seccomp=PROFILE,
+        arch="amd64",
         cgroup_parent="/test",
     )
 
@@ -153,9 +154,12 @@ def test_capabilities_not_dropped_are_containerds_defaults_and_added_ones_are_ke
         "drop": ["NET_RAW"],
         "add": ["SYS_PTRACE"],
     }
-    caps = translate(spec, host(tmp_path)).main.config["process"]["capabilities"]["effective"]
+    config = translate(spec, host(tmp_path)).main.config
+    caps = config["process"]["capabilities"]["effective"]
     assert "CAP_NET_RAW" not in caps
     assert {"CAP_SYS_PTRACE", "CAP_CHOWN"} <= set(caps)
+    # The profile's rules for a capability kept are in, as containerd puts them in.
+    assert ["ptrace"] in [s["names"] for s in config["linux"]["seccomp"]["syscalls"]]
 
 
 def test_the_default_profile_keeps_the_rules_of_the_arch_and_of_no_capability() -> None:
