@@ -434,7 +434,7 @@ def test_the_script_names_nothing_in_the_users_home(
 def test_eight_ed25519_keys_with_long_comments_fit_kubevirts_inline_limit(
     account: str, platform: SandboxPlatform
 ) -> None:
-    # The most keys the XRD allows, each with a 64-character comment: 2036 bytes of 2048 for
+    # The most keys the XRD allows, each with a 64-character comment: 2040 bytes of 2048 for
     # the longest script, an old VM's with the agent.
     keys = [KEY_A.replace("alice@laptop", f"{i}" * 64) for i in range(8)]
     ws = workspace({"ssh": {"authorizedKeys": keys}})
