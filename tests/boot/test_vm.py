@@ -143,6 +143,9 @@ def test_the_user_installs_from_pypi_and_npm(tier: Tier) -> None:
 
 
 def test_cloud_init_accepts_the_user_data_and_logs_no_error(tier: Tier) -> None:
+    # The seed held the rendered VM's user data, byte for byte.
+    seen = tier.run("cat /var/lib/cloud/instance/user-data.txt", user="root")
+    assert seen == tier.machine.user_data
     schema = tier.sandbox.commands.run("cloud-init schema --system", user="root", timeout=120)
     assert schema.exit_code == 0, (schema.stdout, schema.stderr)
     assert "Valid" in schema.stdout

@@ -206,6 +206,7 @@ class Machine:
 
     def _seed(self, vm: dict[str, Any], namespace: str) -> None:
         data = cloud_init_of(vm)
+        self.user_data = data["userData"]
         files = self.folder / "seed"
         files.mkdir()
         (files / "user-data").write_text(data["userData"])
