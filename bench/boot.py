@@ -39,8 +39,10 @@ MONOTONIC = re.compile(r"^\[\s*([\d.]+)\]")
 
 def guest_figures(sandbox: Sandbox) -> dict[str, float]:
     """Uptimes, from this boot's journal: each cloud-init stage's start, its end, the agent's."""
+    # Two reads: journalctl's -t and -u together match only lines that have both.
     journal = sandbox.commands.run(
-        "journalctl -b -o short-monotonic --no-pager -t cloud-init -u workspace-sandbox-agent",
+        "for m in '-t cloud-init' '-u workspace-sandbox-agent.service'; do"
+        " journalctl -b -o short-monotonic --no-pager $m; done",
         user="root",
         timeout=120,
         request_timeout=150,
@@ -98,7 +100,7 @@ def main() -> None:
             (machine,) = platform.machines.values()
             started = time.monotonic()
             with contextlib.suppress(Exception):
-                sandbox.commands.run("systemctl reboot", user="root", timeout=30)
+                sandbox.commands.run("systemctl reboot", user="root", background=True)
             machine.wait_for_agent_gone()
             machine.wait_for_agent()
             answered = time.monotonic()
