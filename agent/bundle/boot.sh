@@ -73,11 +73,14 @@ NoDelay=true
 Backlog=1024
 UNIT
 
+# After cloud-config too, where cloud-init's set-passwords module restarts sshd: the sandbox
+# is ready when the agent answers, and SSH must work by then.
 write_unit "$name.service" <<UNIT
 [Unit]
 Description=Workspace sandbox agent: files and commands for the platform's gateway
 Requires=$name.socket
 After=$name.socket local-fs.target network.target cloud-init.service cloud-init-network.service
+After=cloud-config.service ssh.service
 # Never give up: the sandbox is not ready until the agent answers.
 StartLimitIntervalSec=0
 

@@ -76,7 +76,9 @@ def _setup(account: str) -> str:
             "d=/etc/systemd/resolved.conf.d",
             '[ -z "$DNS" ]||{ install -d -m 755 $d',
             "printf '[Resolve]\\nDNS=%s\\nDomains=~.\\n' \"$DNS\"|w $d/90-sandbox.conf",
-            "systemctl try-restart systemd-resolved||true;}",
+            # A pattern, not a name: it matches nothing on a guest without resolved (Debian's
+            # own images), where a name is an error, and a resolved that fails still says so.
+            "systemctl try-restart 'systemd-resolved*'||true;}",
         )
     )
 
@@ -107,8 +109,10 @@ def user_data(
     if platform.agent is not None:
         script += ";" + _agent(platform.gateway.agent_port)
     config = {
-        # No distro default user: the only account is ours, with no password and no sudo.
-        "users": [],
+        # No distro default user: the only account is ours, with no password and no sudo. A
+        # list naming no one: cloud-init before 23.2 refuses an empty list (minItems) and
+        # calls a string or a mapping deprecated, but skips an empty name.
+        "users": [""],
         "disable_root": True,
         "ssh_pwauth": False,
         "bootcmd": [["sh", "-c", script, account, *ws.spec.ssh.authorized_keys]],

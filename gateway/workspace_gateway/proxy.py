@@ -268,13 +268,22 @@ async def _disconnected(receive: Receive) -> None:
         pass
 
 
-async def _whole(receive: Receive) -> bytes:
+# envd's server-streaming calls: the request is one message, which the SDK's Connect client
+# sends chunked, with no Content-Length, and ends at once. So it is read whole, as a small sized
+# body is, and sent again after a restart: a command is the SDK's most frequent call. Not
+# StreamInput (client streaming), whose messages come as the caller sends them.
+ONE_MESSAGE_STREAMS = frozenset(
+    {"/process.Process/Start", "/process.Process/Connect", "/filesystem.Filesystem/WatchDir"}
+)
+
+
+async def _whole(receive: Receive, too_long: str) -> bytes:
     """A small body, read whole so that it can be sent twice."""
     body = bytearray()
     async for chunk in _body(receive):
         body += chunk
         if len(body) > REPLAY_BYTES:
-            raise GatewayError(413, "the body is longer than its Content-Length")
+            raise GatewayError(413, too_long)
     return bytes(body)
 
 
@@ -286,7 +295,9 @@ async def _content(scope: Scope, receive: Receive) -> bytes | AsyncIterator[byte
         return None
     length = next((value for name, value in raw if name.lower() == b"content-length"), b"")
     if length.isdigit() and int(length) <= REPLAY_BYTES:
-        return await _whole(receive)
+        return await _whole(receive, "the body is longer than its Content-Length")
+    if not length and scope["path"] in ONE_MESSAGE_STREAMS:
+        return await _whole(receive, f"a request of {scope['path']} is one small message")
     return _body(receive)
 
 
@@ -309,8 +320,9 @@ async def forward(
     An agent that answers `X-Agent-Initialized: false` has restarted since the gateway's last
     `/init`: `reinit` gives it back its token and env vars, and the request is sent again.
     So that it can be, a body of at most REPLAY_BYTES (every Connect call the SDK makes, most
-    uploads) is read whole first; a bigger one streams through, and is answered 503 if the
-    agent turned out to have restarted, for the caller to send again.
+    uploads), or a streaming call's one message (ONE_MESSAGE_STREAMS), is read whole first; a
+    bigger one streams through, and is answered 503 if the agent turned out to have restarted,
+    for the caller to send again.
     """
     refused = streams.refusal(tenant)
     if refused is not None:

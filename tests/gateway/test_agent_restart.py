@@ -129,3 +129,26 @@ async def test_connect_gives_a_restarted_agent_its_token_and_env_vars_back(world
             headers={**STREAM, "X-Access-Token": token},
         )
     assert output(answer)[0] == "s3cret"
+
+
+async def test_a_command_sent_chunked_as_the_sdk_sends_it_is_sent_again_after_a_restart(
+    world: World,
+) -> None:
+    # The SDK's Connect client sends a streaming call's one message with no Content-Length: a
+    # real reboot showed the first command after it answered 503 ("send it again").
+    created = await world.call("POST", "/sandboxes", KEY_A, json={"envVars": SECRET})
+    sandbox_id, token = created.json()["sandboxID"], created.json()["envdAccessToken"]
+    await restarted(world, ("team-a", sandbox_id))
+
+    async def chunked() -> Any:
+        yield start('printf %s "$SECRET_KEY"')
+
+    answer = await world.http.post(
+        "/process.Process/Start",
+        content=chunked(),
+        headers={"E2b-Sandbox-Id": sandbox_id, **STREAM, "X-Access-Token": token},
+    )
+    assert "content-length" not in answer.request.headers
+    assert answer.status_code == 200, answer.text
+    printed, end = output(answer)
+    assert (printed, end.get("exitCode", 0)) == ("s3cret", 0)
