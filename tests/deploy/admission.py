@@ -2,6 +2,8 @@
 server reaches it, with the policies' CEL run by cel-python; and the requests the tests send.
 """
 
+import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -80,6 +82,11 @@ def namespace_object(
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
 
 
+RECORD = "WORKSPACE_SANDBOX_RECORD_VERDICTS"
+"""A file each verdict is appended to as one JSON line: the cases the control-plane tier asks
+the real API server (tests/control_plane/test_admission.py)."""
+
+
 def verdict(
     policy: str,
     request: Mapping[str, Any],
@@ -93,6 +100,22 @@ def verdict(
     namespaced requests only), "exempt" when a match condition does, otherwise the messages of
     the failing validations ([] is admitted).
     """
+    answer = _verdict(policy, request, obj, old, namespace_labels)
+    if record := os.environ.get(RECORD):
+        case = {"policy": policy, "request": request, "object": obj, "oldObject": old}
+        case |= {"namespaceLabels": namespace_labels, "verdict": answer}
+        with open(record, "a", encoding="utf-8") as out:
+            out.write(json.dumps(case, sort_keys=True) + "\n")
+    return answer
+
+
+def _verdict(
+    policy: str,
+    request: Mapping[str, Any],
+    obj: Mapping[str, Any] | None,
+    old: Mapping[str, Any] | None,
+    namespace_labels: Mapping[str, str] | None,
+) -> str | list[str]:
     spec = find("ValidatingAdmissionPolicy", policy)["spec"]
     constraints = spec["matchConstraints"]
     if not any(matches_rule(rule, request) for rule in constraints["resourceRules"]):

@@ -1,5 +1,6 @@
 """The platform install in deploy/ as documents, and the accounts that act on it."""
 
+import os
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -159,12 +160,27 @@ CONTROLLER_MANAGER = "system:kube-controller-manager"
 TENANT_NAMESPACE = {"kubernetes.io/metadata.name": NAMESPACE}
 
 
-KUBECTL = shutil.which("kubectl")
-needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="needs kubectl for kustomize")
+def _kubectl() -> str | None:
+    """kubectl from PATH, else the one scripts/cluster-tools builds for the control-plane tier."""
+    if found := shutil.which("kubectl"):
+        return found
+    tools = ROOT / "scripts" / "cluster-tools"
+    run = subprocess.run(
+        [tools, "built", "kubernetes"], capture_output=True, text=True, check=False
+    )
+    return str(Path(run.stdout.strip()) / "kubectl") if run.returncode == 0 else None
+
+
+KUBECTL = _kubectl()
+# In CI the tools are built (.ci/run), so a missing kubectl fails there rather than skipping.
+needs_kubectl = pytest.mark.skipif(
+    KUBECTL is None and not os.environ.get("CI"), reason="needs kubectl for kustomize"
+)
 
 
 def kustomize(folder: Path) -> tuple[str, list[dict[str, Any]]]:
     """`kubectl kustomize` of a folder: its output, and the documents in it."""
+    assert KUBECTL, "no kubectl: build it with scripts/cluster-tools kubernetes"
     run = subprocess.run(
         [str(KUBECTL), "kustomize", str(folder)], check=False, capture_output=True, text=True
     )
