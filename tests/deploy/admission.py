@@ -53,19 +53,22 @@ def sandbox_request(
 
 
 def matches_rule(rule: Mapping[str, Any], request: Mapping[str, Any]) -> bool:
-    """Whether a policy's resourceRule covers a request.
-
-    "*" covers every resource and no subresource, "*/*" every subresource.
-    """
+    """Whether a policy's resourceRule covers a request, as the API server's rule matcher has
+    it: each entry is "resource/subresource", either part "*"; "*" alone covers every resource
+    and no subresource, "*/*" every resource and every subresource."""
     resource = request["resource"]
     sub = request.get("subResource", "")
-    name = f"{resource['resource']}/{sub}" if sub else resource["resource"]
     scope = "Namespaced" if request.get("namespace") else "Cluster"
+
+    def covers(entry: str) -> bool:
+        res, _, part = entry.partition("/")
+        return res in {"*", resource["resource"]} and part in {"*", sub}
+
     return (
         bool({request["operation"], "*"} & set(rule["operations"]))
         and bool({resource["group"], "*"} & set(rule["apiGroups"]))
         and (resource["version"] in rule["apiVersions"] or rule["apiVersions"] == ["*"])
-        and (name in rule["resources"] or ("*" if not sub else "*/*") in rule["resources"])
+        and any(covers(entry) for entry in rule["resources"])
         and rule.get("scope", "*") in {"*", scope}
     )
 

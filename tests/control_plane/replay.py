@@ -1,0 +1,319 @@
+"""The admission evaluator's cases (tests/deploy/admission.py), asked of the real API server.
+
+Every verdict the project's own tests reach with the evaluator is recorded (one JSON line each,
+`RECORD`), then sent to a real API server as the request it stands for: the same user (by
+impersonation), operation, object, stored old object and namespace labels, with `dryRun=All` so
+nothing is kept. One shipped policy at a time is bound, so the server's first refusal is that
+policy's; its answer is compared with the evaluator's:
+
+- the evaluator admits (no failing validation, "unmatched" or "exempt"): the server admits;
+- the evaluator refuses with messages: the server refuses with the first of them.
+
+A case is set up with the policy unbound (its namespace with its labels, the stored old object),
+in rounds where no two cases need different states of one object. A case the server cannot
+replay (a kind no CRD here serves, a CONNECT, a request the schema refuses before admission) is
+reported as such, never counted as agreement.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.control_plane.server import ControlPlane
+from tests.deploy.admission import RECORD
+from tests.deploy.install import documents
+from tests.support import ROOT
+
+RECORDED_SUITES = ("tests/deploy", "tests/policy")
+EFFECTIVE_SECONDS = 20.0
+"""A binding created or deleted to the API server's admission acting on it."""
+REPLAY_USERS_ROLE = "test-replay-everything"
+
+
+def record(folder: Path) -> list[dict[str, Any]]:
+    """Run the evaluator's tests with recording on; their distinct cases."""
+    path = folder / "verdicts.jsonl"
+    env = {**os.environ, RECORD: str(path)}
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *RECORDED_SUITES]
+    run = subprocess.run(
+        argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900, check=False
+    )
+    assert run.returncode == 0, run.stdout[-3000:]
+    unique = {line for line in path.read_text().splitlines() if line}
+    return [json.loads(line) for line in sorted(unique)]
+
+
+def path_of(request: Mapping[str, Any], name: str = "", *, sub: str = "") -> str:
+    res = request["resource"]
+    base = f"/apis/{res['group']}/{res['version']}" if res["group"] else f"/api/{res['version']}"
+    if request.get("namespace") and res["resource"] != "namespaces":
+        base += f"/namespaces/{request['namespace']}"
+    base += f"/{res['resource']}"
+    if name:
+        base += f"/{name}"
+        if sub:
+            base += f"/{sub}"
+    return base
+
+
+@dataclass
+class Case:
+    raw: dict[str, Any]
+
+    @property
+    def policy(self) -> str:
+        return str(self.raw["policy"])
+
+    @property
+    def request(self) -> dict[str, Any]:
+        return dict(self.raw["request"])
+
+    @property
+    def expected(self) -> str:
+        """ "" where the evaluator admits, else the message the server must refuse with."""
+        answer = self.raw["verdict"]
+        return answer[0] if isinstance(answer, list) and answer else ""
+
+    def namespace(self) -> dict[str, Any] | None:
+        """The namespace the request is in, as the case labels it."""
+        req = self.request
+        ns = req.get("namespace")
+        if not ns or req["resource"]["resource"] == "namespaces":
+            return None
+        labels = dict(self.raw.get("namespaceLabels") or {})
+        labels["kubernetes.io/metadata.name"] = ns
+        return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}}
+
+    def needs(self) -> dict[str, dict[str, Any] | None]:
+        """Object paths and the state each must be in (None: absent) before the request."""
+        req = self.request
+        out: dict[str, dict[str, Any] | None] = {}
+        if ns := self.namespace():
+            out[f"/api/v1/namespaces/{ns['metadata']['name']}"] = ns
+        target = path_of(req, req["name"])
+        out[target] = self.raw.get("oldObject") if req["operation"] != "CREATE" else None
+        return out
+
+
+def unreplayable(case: Case, served: set[tuple[str, str, str]]) -> str:
+    """Why the server cannot be asked this case, or ""."""
+    req = case.request
+    res = req["resource"]
+    if (res["group"], res["version"], res["resource"]) not in served:
+        return f"no {res['resource']}.{res['group'] or 'core'}/{res['version']} served here"
+    if req["operation"] == "CONNECT":
+        return "a CONNECT needs a running pod"
+    sub = req.get("subResource", "")
+    if sub not in {"", "status"}:
+        return f"the {sub} subresource needs a running pod or a namespace being deleted"
+    if req["operation"] in {"CREATE", "UPDATE"} and case.raw.get("object") is None:
+        return "no object"
+    if req["operation"] != "CREATE" and case.raw.get("oldObject") is None:
+        return "no stored object"
+    return ""
+
+
+def rounds(cases: list[Case]) -> Iterator[list[Case]]:
+    """Cases grouped so that no two in a group need one object in different states."""
+    left = list(cases)
+    while left:
+        state: dict[str, Any] = {}
+        group, rest = [], []
+        for case in left:
+            needs = case.needs()
+            if all(state.get(p, needs[p]) == needs[p] for p in needs):
+                state.update(needs)
+                group.append(case)
+            else:
+                rest.append(case)
+        yield group
+        left = rest
+
+
+@dataclass
+class Replay:
+    plane: ControlPlane
+    results: list[tuple[Case, str]] = field(default_factory=list)
+    """Each case asked, with what the server answered ("" admitted, else its message)."""
+    skipped: list[tuple[Case, str]] = field(default_factory=list)
+
+    def call(
+        self, method: str, path: str, body: Any = None, **kw: Any
+    ) -> tuple[int, dict[str, Any]]:
+        return self.plane.request(method, path, body, **kw)
+
+    def bindings(self, policy: str) -> list[dict[str, Any]]:
+        return [
+            d
+            for d in documents()
+            if d["kind"] == "ValidatingAdmissionPolicyBinding" and d["spec"]["policyName"] == policy
+        ]
+
+    def bind(self, policy: str, *, on: bool) -> None:
+        base = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+        for binding in self.bindings(policy):
+            if on:
+                status, answer = self.call("POST", base, binding)
+                assert status == 201, answer
+            else:
+                self.call("DELETE", f"{base}/{binding['metadata']['name']}")
+
+    def settle(self, path: str, want: dict[str, Any] | None) -> None:
+        """Bring one object to the state a round needs, as the administrator."""
+        deadline = time.monotonic() + EFFECTIVE_SECONDS
+        while True:
+            status, current = self.call("GET", path)
+            if status == 404 and want is None:
+                return
+            if status == 404 and want is not None:
+                status, answer = self.call("POST", path.rpartition("/")[0], clean(want))
+                if status == 201 and "status" in want and not is_namespace(path):
+                    answer["status"] = want["status"]
+                    self.call("PUT", f"{path}/status", answer)
+                if status == 201:
+                    return
+            elif want is not None and same(current, want):
+                return
+            elif want is not None and is_namespace(path):
+                # A namespace is relabelled, not deleted: its deletion waits on its contents.
+                current["metadata"]["labels"] = want["metadata"].get("labels", {})
+                self.call("PUT", path, current)
+            else:
+                if current["metadata"].get("finalizers"):
+                    current["metadata"]["finalizers"] = []
+                    self.call("PUT", path, current)
+                self.call("DELETE", path)
+            assert time.monotonic() < deadline, f"cannot set up {path}: {current}"
+            time.sleep(0.1)
+
+    def ask(self, case: Case) -> tuple[int, str]:
+        """The server's answer to the case's request: its status and refusal message."""
+        req = case.request
+        user = req["userInfo"]["username"]
+        groups = [g for g in req["userInfo"].get("groups", []) if g != "system:authenticated"]
+        who = {"user": user, "group": groups[0] if groups else ""}
+        name, sub = req["name"], req.get("subResource", "")
+        op = req["operation"]
+        if op == "CREATE":
+            status, answer = self.call(
+                "POST", path_of(req), clean(case.raw["object"]), query="dryRun=All", **who
+            )
+        elif op == "UPDATE":
+            _, stored = self.call("GET", path_of(req, name))
+            body = clean(case.raw["object"])
+            body["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"]
+            status, answer = self.call(
+                "PUT", path_of(req, name, sub=sub), body, query="dryRun=All", **who
+            )
+        else:
+            status, answer = self.call("DELETE", path_of(req, name), query="dryRun=All", **who)
+        return status, str(answer.get("message", "")) if status >= 400 else ""
+
+    def run(self, cases: list[Case], served: set[tuple[str, str, str]]) -> None:
+        users = sorted({c.request["userInfo"]["username"] for c in cases})
+        self.grant(users)
+        by_policy: dict[str, list[Case]] = {}
+        for case in cases:
+            if why := unreplayable(case, served):
+                self.skipped.append((case, why))
+            else:
+                by_policy.setdefault(case.policy, []).append(case)
+        for policy, mine in sorted(by_policy.items()):
+            self.create_policy(policy)
+            for group in rounds(mine):
+                self.bind(policy, on=False)
+                for case in group:
+                    for path, want in case.needs().items():
+                        self.settle(path, want)
+                self.bind(policy, on=True)
+                self.effective(group)
+                for case in group:
+                    status, message = self.ask(case)
+                    if status in {400, 404, 409, 422} and "denied request" not in message:
+                        self.skipped.append((case, f"refused before admission: {status} {message}"))
+                    else:
+                        self.results.append((case, refusal(message)))
+            self.bind(policy, on=False)
+
+    def effective(self, group: list[Case]) -> None:
+        """Wait until the binding acts: a case the evaluator refuses is refused."""
+        probe = next((c for c in group if c.expected), None)
+        deadline = time.monotonic() + EFFECTIVE_SECONDS
+        if probe is None:
+            time.sleep(1.0)
+            return
+        while "denied request" not in self.ask(probe)[1]:
+            if time.monotonic() > deadline:
+                return  # the comparison shows the disagreement
+            time.sleep(0.1)
+
+    def create_policy(self, name: str) -> None:
+        (policy,) = (
+            d
+            for d in documents()
+            if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == name
+        )
+        base = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+        status, answer = self.call("POST", base, policy)
+        assert status in {201, 409}, answer
+
+    def grant(self, users: list[str]) -> None:
+        """Every user the cases act as may do anything RBAC can grant: the comparison is of
+        admission, and RBAC is tested on its own (test_rbac.py)."""
+        rbac = "/apis/rbac.authorization.k8s.io/v1"
+        role = {
+            "metadata": {"name": REPLAY_USERS_ROLE},
+            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}],
+        }
+        self.call("POST", f"{rbac}/clusterroles", role)
+        subjects = [
+            {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": u} for u in users
+        ]
+        binding = {
+            "metadata": {"name": REPLAY_USERS_ROLE},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": REPLAY_USERS_ROLE,
+            },
+            "subjects": subjects,
+        }
+        status, answer = self.call("POST", f"{rbac}/clusterrolebindings", binding)
+        assert status == 201, answer
+
+
+def is_namespace(path: str) -> bool:
+    return path.startswith("/api/v1/namespaces/") and path.count("/") == 4
+
+
+def refusal(message: str) -> str:
+    """The validation's own message out of the server's "ValidatingAdmissionPolicy 'p' with
+    binding 'b' denied request: <message>"."""
+    return message.partition("denied request: ")[2] if "denied request: " in message else message
+
+
+SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation")
+
+
+def clean(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """An object as a client sends it: no fields the server sets."""
+    body = json.loads(json.dumps(obj))
+    meta = body.setdefault("metadata", {})
+    for key in SERVER_FIELDS:
+        meta.pop(key, None)
+    return dict(body)
+
+
+def same(stored: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
+    """Whether a stored object is the one a case wants: its labels, annotations and spec."""
+    keys = ("labels", "annotations", "ownerReferences", "finalizers")
+    meta_s, meta_w = stored.get("metadata", {}), want.get("metadata", {})
+    return all(meta_s.get(k) == meta_w.get(k) for k in keys if k in meta_w) and stored.get(
+        "spec"
+    ) == want.get("spec", stored.get("spec"))

@@ -1,0 +1,321 @@
+"""A real control plane for tests: etcd, kube-apiserver and kube-controller-manager on loopback.
+
+Built by `scripts/cluster-tools` from pinned modules (docs/development.md, "The control-plane
+tier"). The API server has what the product relies on: RBAC, ServiceAccount token issuance,
+TokenReview and SubjectAccessReview, ValidatingAdmissionPolicy, server-side apply; the
+controller manager adds the controllers in `CONTROLLERS`, so deletions cascade, every namespace
+gets its `default` account and aggregated roles are filled in, as on any cluster. Nothing
+schedules or runs pods.
+
+The administrator authenticates with a static token (group `system:masters`); tests act as
+other users by impersonation (`ControlPlane.client(user=...)`), which goes through RBAC and
+admission exactly as those users' own requests would.
+"""
+
+import contextlib
+import datetime as dt
+import ipaddress
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from kubernetes import client as k8s
+
+REPO = Path(__file__).resolve().parents[2]
+TOOLS = REPO / "scripts" / "cluster-tools"
+READY_SECONDS = 90.0
+"""etcd and the API server from start to `/readyz`; measured at a few seconds on 2 cores."""
+STOP_SECONDS = 15.0
+CONTROLLERS = (
+    "namespace-controller",
+    "garbage-collector-controller",
+    "serviceaccount-controller",
+    "clusterrole-aggregation-controller",
+    "root-ca-certificate-publisher-controller",
+    "validatingadmissionpolicy-status-controller",
+)
+"""What a cluster does on its own that the product relies on: namespaces deleted with their
+contents, owner references followed, `default` accounts, Cozystack's aggregated tenant roles,
+the CA bundle in each namespace, the admission policies' type checks."""
+START_ATTEMPTS = 4
+"""Ports are chosen free and then bound by another process: a start that lost the race is
+tried again on new ports, this many times at most."""
+
+
+def unavailable(reason: str) -> None:
+    """A component the tier needs is not built: a failure in CI, where the tier must run, and a
+    skip elsewhere."""
+    message = f"{reason}; build it with scripts/cluster-tools all (docs/development.md)"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def built(name: str) -> Path:
+    """The folder of a component built by scripts/cluster-tools."""
+    run = subprocess.run([TOOLS, "built", name], capture_output=True, text=True, check=False)
+    folder = Path(run.stdout.strip())
+    if run.returncode != 0:
+        unavailable(f"{name} is not built at {folder}")
+    return folder
+
+
+def source(module: str) -> Path:
+    """The folder of a pinned Go module's own files (its CRDs, its manifests)."""
+    run = subprocess.run([TOOLS, "source", module], capture_output=True, text=True, check=False)
+    if run.returncode != 0 or not run.stdout.strip():
+        unavailable(f"no source of {module}: {run.stderr.strip()}")
+    return Path(run.stdout.strip())
+
+
+def _ports(count: int) -> list[int]:
+    """Ports free at this moment (the caller retries the start if one is taken in between)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+
+
+def _certificates(pki: Path) -> None:
+    """A CA and the API server's serving certificate for 127.0.0.1 and localhost."""
+    now = dt.datetime.now(dt.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "workspace-sandbox-test-ca")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    serving = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    account_key = ec.generate_private_key(ec.SECP256R1())
+    pem = serialization.Encoding.PEM
+    private = serialization.PrivateFormat.PKCS8
+    plain = serialization.NoEncryption()
+    (pki / "ca.crt").write_bytes(ca.public_bytes(pem))
+    (pki / "serving.crt").write_bytes(serving.public_bytes(pem))
+    (pki / "serving.key").write_bytes(key.private_bytes(pem, private, plain))
+    (pki / "service-accounts.key").write_bytes(account_key.private_bytes(pem, private, plain))
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    (pki / "service-accounts.pub").write_bytes(account_key.public_key().public_bytes(pem, public))
+
+
+@dataclass
+class ControlPlane:
+    """etcd, kube-apiserver and kube-controller-manager in `root`, started by `start()`."""
+
+    root: Path
+    url: str = ""
+    token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    controllers: Sequence[str] = CONTROLLERS
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "admin.kubeconfig"
+
+    @property
+    def ca(self) -> Path:
+        return self.root / "pki" / "ca.crt"
+
+    def start(self) -> None:
+        kubernetes, etcd = built("kubernetes"), built("etcd")
+        pki = self.root / "pki"
+        pki.mkdir(parents=True)
+        _certificates(pki)
+        (self.root / "tokens.csv").write_text(f"{self.token},admin,admin,system:masters\n")
+        for attempt in range(START_ATTEMPTS):
+            client, peer, secure = _ports(3)
+            data = self.root / f"etcd-{attempt}"
+            self._spawn("etcd", [
+                etcd / "etcd", "--data-dir", data, "--name", "test",
+                "--listen-client-urls", f"http://127.0.0.1:{client}",
+                "--advertise-client-urls", f"http://127.0.0.1:{client}",
+                "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+                "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+                "--initial-cluster", f"test=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync", "--log-level", "warn",
+            ])  # fmt: skip
+            self._spawn("kube-apiserver", [
+                kubernetes / "kube-apiserver",
+                "--etcd-servers", f"http://127.0.0.1:{client}",
+                "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+                "--secure-port", str(secure),
+                "--tls-cert-file", pki / "serving.crt", "--tls-private-key-file", pki / "serving.key",
+                "--client-ca-file", pki / "ca.crt",
+                "--token-auth-file", self.root / "tokens.csv",
+                "--authorization-mode", "RBAC",
+                "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
+                "--service-account-key-file", pki / "service-accounts.pub",
+                "--service-account-signing-key-file", pki / "service-accounts.key",
+                "--service-cluster-ip-range", "10.96.0.0/16",
+                "--allow-privileged=true",
+                "--profiling=false",
+            ])  # fmt: skip
+            self.url = f"https://127.0.0.1:{secure}"
+            if self._ready():
+                break
+            self._stop_all()
+            if "address already in use" not in self.logs():
+                raise AssertionError(f"the control plane did not start:\n{self.logs()}")
+        else:
+            raise AssertionError(f"the control plane did not start:\n{self.logs()}")
+        self._write_kubeconfig()
+        self._spawn("kube-controller-manager", [
+            kubernetes / "kube-controller-manager",
+            "--kubeconfig", self.kubeconfig,
+            "--authentication-kubeconfig", self.kubeconfig,
+            "--authorization-kubeconfig", self.kubeconfig,
+            "--leader-elect=false", "--secure-port", "0",
+            "--controllers", ",".join(self.controllers),
+            "--root-ca-file", pki / "ca.crt",
+            "--service-account-private-key-file", pki / "service-accounts.key",
+            "--concurrent-gc-syncs", "4",
+        ])  # fmt: skip
+
+    def _spawn(self, name: str, argv: Sequence[object]) -> None:
+        log = (self.root / f"{name}.log").open("ab")
+        self.processes[name] = subprocess.Popen(
+            [str(a) for a in argv], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+
+    def _ready(self) -> bool:
+        """Whether the API server answers `/readyz`; False if a process ended first."""
+        deadline = time.monotonic() + READY_SECONDS
+        with self._http() as http:
+            while time.monotonic() < deadline:
+                if any(p.poll() is not None for p in self.processes.values()):
+                    return False
+                with contextlib.suppress(httpx.HTTPError):
+                    if http.get("/readyz").status_code == 200:
+                        return True
+                time.sleep(0.25)
+        return False
+
+    def _http(self) -> httpx.Client:
+        context = ssl.create_default_context(cafile=str(self.ca))
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
+        return httpx.Client(base_url=self.url, verify=context, headers=headers, timeout=30)
+
+    def _write_kubeconfig(self) -> None:
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "test",
+                    "cluster": {"server": self.url, "certificate-authority": str(self.ca)},
+                }
+            ],
+            "users": [{"name": "admin", "user": {"token": self.token}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin"}}],
+            "current-context": "test",
+        }
+        self.kubeconfig.write_text(yaml.safe_dump(config))
+
+    def client(self, user: str = "", group: str = "") -> k8s.ApiClient:
+        """An API client as the administrator, or as `user` (in `group`, if given) by
+        impersonation: RBAC and admission judge its requests as that user's own, and the
+        server adds `system:authenticated`. One group at most: the client sends one value per
+        header."""
+        config = k8s.Configuration(host=self.url)
+        config.ssl_ca_cert = str(self.ca)
+        config.api_key = {"authorization": self.token}
+        config.api_key_prefix = {"authorization": "Bearer"}
+        api = k8s.ApiClient(config)
+        if user:
+            api.set_default_header("Impersonate-User", user)
+        if group:
+            api.set_default_header("Impersonate-Group", group)
+        return api
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        *,
+        user: str = "",
+        group: str = "",
+        query: str = "",
+    ) -> tuple[int, dict[str, Any]]:
+        """One REST call, as the administrator or as `user` (in `group`) by impersonation: the
+        status and the decoded answer, errors included (a Status object)."""
+        headers = {}
+        if user:
+            headers["Impersonate-User"] = user
+        if group:
+            headers["Impersonate-Group"] = group
+        url = f"{path}?{query}" if query else path
+        with self._http() as http:
+            answer = http.request(method, url, json=body, headers=headers)
+        return answer.status_code, answer.json() if answer.content else {}
+
+    def logs(self, lines: int = 40) -> str:
+        """The last lines of each component's log."""
+        out = []
+        for path in sorted(self.root.glob("*.log")):
+            tail = path.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"--- {path.stem}\n" + "\n".join(tail))
+        return "\n".join(out)
+
+    def _stop_all(self) -> None:
+        for process in reversed(list(self.processes.values())):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                process.wait(STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(STOP_SECONDS)
+        self.processes.clear()
+
+    def stop(self) -> None:
+        self._stop_all()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def control_plane(root: Path, controllers: Sequence[str] = CONTROLLERS) -> Iterator[ControlPlane]:
+    plane = ControlPlane(root, controllers=controllers)
+    try:
+        plane.start()
+        yield plane
+    finally:
+        plane.stop()
