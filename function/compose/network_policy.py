@@ -47,6 +47,21 @@ DNS_PORTS = [{"port": "53", "protocol": "UDP"}, {"port": "53", "protocol": "TCP"
 
 _PINNED_V4 = [ip_text(n) for n, _ in DENY_V4]
 _PINNED_V6 = [ip_text(n) for n, _ in DENY_V6]
+_V4_MAPPED = IPv6Network("::ffff:0:0/96")
+
+
+def _in_network_policy(network: IPv6Network) -> bool:
+    """Whether a NetworkPolicy may name an IPv6 range.
+
+    The API server refuses IPv4-mapped ones in an ipBlock (Kubernetes 1.36 validates CIDRs
+    strictly: "must not have an IPv4-mapped IPv6 address"); a connection to such an address
+    leaves the pod as IPv4, which the IPv4 ranges deny, so the Cilium policy alone names the
+    mapped range.
+    """
+    return not network.subnet_of(_V4_MAPPED)
+
+
+_NETWORK_POLICY_V6 = [ip_text(n) for n, _ in DENY_V6 if _in_network_policy(n)]
 
 
 def _deny_cidrs(site: tuple[Network, ...]) -> list[str]:
@@ -372,7 +387,10 @@ def _kubernetes_egress(
 ) -> list[dict[str, Any]]:
     site = platform.network.denied_cidrs
     v4 = [*_PINNED_V4, *(ip_text(n) for n in site if isinstance(n, IPv4Network))]
-    v6 = [*_PINNED_V6, *(ip_text(n) for n in site if isinstance(n, IPv6Network))]
+    v6 = [
+        *_NETWORK_POLICY_V6,
+        *(ip_text(n) for n in site if isinstance(n, IPv6Network) and _in_network_policy(n)),
+    ]
     mode = ws.spec.network.egress
     dns = [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
     kube_dns = {

@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.control_plane.install import Installed, install
-from tests.control_plane.server import ControlPlane, control_plane
+from tests.control_plane.install import Installed, install, install_crds
+from tests.control_plane.server import CONTROLLERS, ControlPlane, control_plane
 
 
 @pytest.fixture(scope="session")
@@ -19,3 +19,14 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 def installed(plane: ControlPlane) -> Installed:
     """The plane with the upstream CRDs and the shipped install applied, as Argo CD applies it."""
     return install(plane)
+
+
+@pytest.fixture(scope="session")
+def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A plane with the upstream CRDs and nothing of the install: no admission policy but what a
+    test binds, and no garbage collector, which would delete an object whose owner is absent."""
+    root: Path = tmp_path_factory.mktemp("bare")
+    controllers = [c for c in CONTROLLERS if c != "garbage-collector-controller"]
+    with control_plane(root, controllers) as started:
+        install_crds(started)
+        yield started

@@ -143,6 +143,8 @@ class ControlPlane:
     token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     controllers: Sequence[str] = CONTROLLERS
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    http: httpx.Client | None = None
+    """The administrator's connection, kept open for `request`."""
 
     @property
     def kubeconfig(self) -> Path:
@@ -282,9 +284,30 @@ class ControlPlane:
         if group:
             headers["Impersonate-Group"] = group
         url = f"{path}?{query}" if query else path
-        with self._http() as http:
-            answer = http.request(method, url, json=body, headers=headers)
+        if self.http is None:
+            self.http = self._http()
+        answer = self.http.request(method, url, json=body, headers=headers)
         return answer.status_code, answer.json() if answer.content else {}
+
+    def resources(self) -> dict[tuple[str, str, str], tuple[str, bool]]:
+        """What the server serves, from its discovery: (group, version, kind) to (resource,
+        namespaced), subresources as "resource/sub" under their own kind."""
+        out: dict[tuple[str, str, str], tuple[str, bool]] = {}
+        versions = [("", "v1", "/api/v1")]
+        status, groups = self.request("GET", "/apis")
+        assert status == 200, groups
+        for group in groups["groups"]:
+            versions += [
+                (group["name"], v["version"], f"/apis/{v['groupVersion']}")
+                for v in group["versions"]
+            ]
+        for group_name, version, path in versions:
+            status, listing = self.request("GET", path)
+            assert status == 200, listing
+            for r in listing["resources"]:
+                if "/" not in r["name"]:
+                    out[group_name, version, r["kind"]] = (r["name"], r["namespaced"])
+        return out
 
     def logs(self, lines: int = 40) -> str:
         """The last lines of each component's log."""
@@ -307,6 +330,8 @@ class ControlPlane:
         self.processes.clear()
 
     def stop(self) -> None:
+        if self.http is not None:
+            self.http.close()
         self._stop_all()
         shutil.rmtree(self.root, ignore_errors=True)
 
