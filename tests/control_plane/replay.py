@@ -115,6 +115,12 @@ class Case:
             out[f"/api/v1/namespaces/{req['namespace']}/serviceaccounts/{account}"] = {
                 "apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta,
             }  # fmt: skip
+        # And with its RuntimeClass (the RuntimeClass plugin); the platform makes them.
+        if runtime := pod.get("spec", {}).get("runtimeClassName"):
+            out[f"/apis/node.k8s.io/v1/runtimeclasses/{runtime}"] = {
+                "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                "metadata": {"name": runtime}, "handler": runtime,
+            }  # fmt: skip
         target = path_of(req, req["name"])
         old = self.raw.get("oldObject") if req["operation"] != "CREATE" else None
         if old is not None and is_namespace(target):
@@ -272,7 +278,6 @@ class Replay:
         for policy, mine in sorted(by_policy.items()):
             self.create_policy(policy)
             for group in rounds(mine):
-                self.bind(policy, on=False)
                 ready = []
                 for case in group:
                     why = next(
@@ -290,19 +295,22 @@ class Replay:
                         self.skipped.append((case, f"refused before admission: {status} {message}"))
                     else:
                         self.results.append((case, refusal(message)))
-            self.bind(policy, on=False)
+                # Unbound before the next round is set up, or the last test is over.
+                self.bind(policy, on=False)
+                self.effective(ready, bound=False)
 
-    def effective(self, group: list[Case]) -> None:
-        """Wait until the binding acts: a case the evaluator refuses is refused."""
+    def effective(self, group: list[Case], *, bound: bool = True) -> None:
+        """Wait until the API server acts on a binding made (`bound`) or deleted: a case the
+        evaluator refuses is refused, or admitted again."""
         probe = next((c for c in group if c.expected), None)
-        deadline = time.monotonic() + BOUND_SECONDS
         if probe is None:
             time.sleep(1.0)
             return
-        while "denied request" not in self.ask(probe)[1]:
+        deadline = time.monotonic() + BOUND_SECONDS
+        while ("ValidatingAdmissionPolicy '" in self.ask(probe)[1]) != bound:
             if time.monotonic() > deadline:
                 return  # the comparison shows the disagreement
-            time.sleep(0.1)
+            time.sleep(0.05)
 
     def create_policy(self, name: str) -> None:
         (policy,) = (

