@@ -44,7 +44,7 @@ from function.model.spec import (
     WorkspaceSandbox,
     WorkspaceSandboxSpec,
 )
-from function.model.types import Bytes, Cidr, Cpu, IpAddress, Time
+from function.model.types import Bytes, Cidr, Cpu, IpAddress, TenantBytes, Time
 from tests import schemas
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -401,7 +401,12 @@ _OCI = Image.model_fields["oci"].annotation
         pytest.param(XR_SCHEMA, "spec.resources.memory", Bytes, "4Gi", True, id="binary-size"),
         pytest.param(XR_SCHEMA, "spec.resources.memory", Bytes, "4G", True, id="decimal-size"),
         pytest.param(XR_SCHEMA, "spec.resources.memory", Bytes, 2**32, True, id="size-as-integer"),
-        pytest.param(XR_SCHEMA, "spec.resources.memory", Bytes, "1.5Gi", True, id="fraction-gi"),
+        pytest.param(
+            XR_SCHEMA, "spec.resources.memory", TenantBytes, "1.5Gi", False, id="fraction-gi"
+        ),
+        pytest.param(
+            XR_SCHEMA, "spec.resources.memory", TenantBytes, "1.5G", True, id="fraction-g"
+        ),
         pytest.param(XR_SCHEMA, "spec.resources.memory", Bytes, "0", False, id="zero-size"),
         pytest.param(XR_SCHEMA, "spec.resources.memory", Bytes, "0.0Gi", False, id="zero-gi"),
         pytest.param(XR_SCHEMA, "spec.resources.memory", Bytes, 0, False, id="zero-integer"),

@@ -94,7 +94,10 @@ CASES = [
     *refused(
         "resources.cpu", CPU, "0", "0.0", "0m", "-1", "+1", "1e3", "1E3", "2 cores", "4GB", ""
     ),
-    *accepted("resources.memory", "4Gi", "4096Mi", "4G", "1.5Gi", "1Ei", 2**32),
+    *accepted("resources.memory", "4Gi", "4096Mi", "4G", "1.5G", "1Ti", "1E", 2**32),
+    # The API server keeps these as scaled decimals, never whole numbers of bytes
+    # (tests/schemas/quantity.py): 1536Mi, not 1.5Gi.
+    *refused("resources.memory", MEMORY, "1.5Gi", "1.0Gi", "0.5Ki", "1Pi", "1Ei"),
     *refused(
         "resources.memory", MEMORY, "0", "0.0Gi", "-1Gi", "+1Gi", "1e9", "4gi", "4GB", "1500m"
     ),

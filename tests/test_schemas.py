@@ -718,9 +718,9 @@ def test_crd_object_must_match_the_crd() -> None:
         "isQuantity('1.5Gi') && !isQuantity('1.5 Gi') && !isQuantity('Gi')",
         "quantity('1Gi').isGreaterThan(quantity('1000Mi'))",
         "quantity('1G').isLessThan(quantity('1Gi')) && quantity('500m').compareTo(quantity('1')) < 0",
-        "quantity('1k').add(24).asInteger() == 1024 && quantity('1').sub(quantity('2')).sign() == -1",
+        "quantity('1k').add(24).asInteger() == 1024 && sign(quantity('1').sub(quantity('2'))) == -1",
         "quantity('1e3').asInteger() == 1000 && !quantity('1.5').isInteger()",
-        "quantity('1Ei').asInteger() == 1152921504606846976 && quantity('1E3').asInteger() == 1000",
+        "quantity('1Ti').asInteger() == 1099511627776 && quantity('1E3').asInteger() == 1000",
         "quantity('2E').isGreaterThan(quantity('1Ei')) && !quantity('8Ei').isInteger()",
         "'a.b'.matches('^a\\\\.b$') && 'abc'.startsWith('a') && 'abc'.endsWith('c')",
         "'abc'.contains('b') && 'k' in {'k': 1} && 2 in [1, 2]",
@@ -782,6 +782,8 @@ def test_cel_sees_schema_types_and_escaped_names() -> None:
         "self.?name.orValue('') == ''",
         "self.items.all(i, v, v > 0)",
         "cel.bind(x, 1, x == 1)",
+        # The real API server refused the XRD's CRD for this: its sign is a function only.
+        "quantity(self.size).sign() == 1",
     ],
 )
 def test_unsupported_cel_raises_naming_the_rule(rule: str) -> None:

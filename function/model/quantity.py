@@ -71,6 +71,18 @@ def parse_bytes(value: object) -> Decimal:
     return size
 
 
+def parse_tenant_bytes(value: object) -> Decimal:
+    """A size in a WorkspaceSandbox: whole bytes, as the API server's CEL `isInteger()` has it.
+
+    The API server keeps a binary-suffixed amount with a decimal point (`1.5Gi`, `1.0Gi`) as a
+    scaled decimal, which its quantity library never calls an integer; the XRD refuses it, and
+    so does the function, so the two agree on every value.
+    """
+    if isinstance(value, str) and "." in value and value.endswith(tuple(_BINARY)):
+        raise ValueError("must be a whole number of bytes, such as '1536Mi' rather than '1.5Gi'")
+    return parse_bytes(value)
+
+
 def format_cpu(cores: Decimal) -> str:
     """Canonical CPU: whole cores as '2', anything else in millicores as '1500m'."""
     if cores % 1 == 0:

@@ -9,7 +9,7 @@ from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, model_v
 
 from function.model import Model
 from function.model.names import DnsLabel, DnsSubdomain, Fqdn, PortName, SnapshotName
-from function.model.types import Bytes, Cidr, Cpu, Port, Time
+from function.model.types import Cidr, Cpu, Port, TenantBytes, Time
 
 MAX_ALLOW_RULES = 64
 MAX_RULE_PORTS = 16
@@ -55,8 +55,8 @@ SshKey = Annotated[str, Field(max_length=2048), AfterValidator(_ssh_key)]
 
 class Resources(Model):
     cpu: Cpu | None = None
-    memory: Bytes | None = None
-    disk: Bytes | None = None
+    memory: TenantBytes | None = None
+    disk: TenantBytes | None = None
 
 
 class Lifetime(Model):

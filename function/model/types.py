@@ -15,7 +15,7 @@ from pydantic import BeforeValidator, Field, StrictBool
 
 from function.model.address import ip_text, parse_address, parse_network
 from function.model.blocklist import NAT64_LENGTHS
-from function.model.quantity import parse_bytes, parse_cpu
+from function.model.quantity import parse_bytes, parse_cpu, parse_tenant_bytes
 
 
 def _whole_number(value: object) -> object:
@@ -31,6 +31,8 @@ Port = Annotated[int, BeforeValidator(_whole_number), Field(ge=1, le=65535)]
 Bool = StrictBool
 Cpu = Annotated[Decimal, BeforeValidator(parse_cpu)]
 Bytes = Annotated[Decimal, BeforeValidator(parse_bytes)]
+TenantBytes = Annotated[Decimal, BeforeValidator(parse_tenant_bytes)]
+"""A size a tenant writes: what the XRD's rule admits on a real API server (no `1.5Gi`)."""
 
 
 def _network(value: object) -> IPv4Network | IPv6Network:

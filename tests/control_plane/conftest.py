@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.control_plane.crossplane import start_crossplane
 from tests.control_plane.install import Installed, install, install_crds
 from tests.control_plane.server import CONTROLLERS, ControlPlane, control_plane
 
@@ -30,3 +31,10 @@ def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     with control_plane(root, controllers) as started:
         install_crds(started)
         yield started
+
+
+@pytest.fixture(scope="session")
+def crossplane(installed: Installed) -> Installed:
+    """The install with Crossplane core running: the XRD served as a CRD."""
+    start_crossplane(installed)
+    return installed

@@ -45,7 +45,8 @@ def kubectl(
     plane: ControlPlane, *args: str, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
     """The pinned kubectl against the plane, as the administrator."""
-    argv = [str(built("kubernetes") / "kubectl"), "--kubeconfig", str(plane.kubeconfig), *args]
+    argv = [str(built("kubernetes") / "kubectl"), "--kubeconfig", str(plane.kubeconfig)]
+    argv += ["--cache-dir", str(plane.root / "kubectl-cache"), *args]
     run = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     if check and run.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args)}: {run.stderr.strip() or run.stdout}")

@@ -93,8 +93,43 @@ def _ports(count: int) -> list[int]:
         return [s.getsockname()[1] for s in socks]
 
 
+PEM = serialization.Encoding.PEM
+
+
+def _private(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+
+
+def issue(pki: Path, name: str, *, client: bool = False) -> tuple[Path, Path]:
+    """A certificate from the plane's CA for 127.0.0.1 and localhost (a client certificate with
+    `client`): the certificate's and the key's files, `<name>.crt` and `<name>.key` in `pki`."""
+    ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    ca = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC)
+    names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    usage = x509.ExtendedKeyUsageOID.CLIENT_AUTH if client else x509.ExtendedKeyUsageOID.SERVER_AUTH
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    crt, private = pki / f"{name}.crt", pki / f"{name}.key"
+    crt.write_bytes(cert.public_bytes(PEM))
+    private.write_bytes(_private(key))
+    return crt, private
+
+
 def _certificates(pki: Path) -> None:
-    """A CA and the API server's serving certificate for 127.0.0.1 and localhost."""
+    """The plane's CA, the API server's serving certificate, the ServiceAccount signing key."""
     now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "workspace-sandbox-test-ca")])
@@ -109,29 +144,13 @@ def _certificates(pki: Path) -> None:
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
-    key = ec.generate_private_key(ec.SECP256R1())
-    names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-    serving = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
+    (pki / "ca.crt").write_bytes(ca.public_bytes(PEM))
+    (pki / "ca.key").write_bytes(_private(ca_key))
+    issue(pki, "serving")
     account_key = ec.generate_private_key(ec.SECP256R1())
-    pem = serialization.Encoding.PEM
-    private = serialization.PrivateFormat.PKCS8
-    plain = serialization.NoEncryption()
-    (pki / "ca.crt").write_bytes(ca.public_bytes(pem))
-    (pki / "serving.crt").write_bytes(serving.public_bytes(pem))
-    (pki / "serving.key").write_bytes(key.private_bytes(pem, private, plain))
-    (pki / "service-accounts.key").write_bytes(account_key.private_bytes(pem, private, plain))
+    (pki / "service-accounts.key").write_bytes(_private(account_key))
     public = serialization.PublicFormat.SubjectPublicKeyInfo
-    (pki / "service-accounts.pub").write_bytes(account_key.public_key().public_bytes(pem, public))
+    (pki / "service-accounts.pub").write_bytes(account_key.public_key().public_bytes(PEM, public))
 
 
 @dataclass
@@ -209,12 +228,23 @@ class ControlPlane:
             "--concurrent-gc-syncs", "4",
         ])  # fmt: skip
 
-    def _spawn(self, name: str, argv: Sequence[object]) -> None:
+    def _spawn(
+        self, name: str, argv: Sequence[object], env: Mapping[str, str] | None = None
+    ) -> None:
         log = (self.root / f"{name}.log").open("ab")
         self.processes[name] = subprocess.Popen(
-            [str(a) for a in argv], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            [str(a) for a in argv],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
         )
         log.close()
+
+    def run(self, name: str, argv: Sequence[object], env: Mapping[str, str] | None = None) -> None:
+        """Start another component against the plane (the administrator's kubeconfig in
+        `KUBECONFIG`); it is stopped with the plane, and its log is in `logs()`."""
+        self._spawn(name, argv, {"KUBECONFIG": str(self.kubeconfig), **(env or {})})
 
     def _ready(self) -> bool:
         """Whether the API server answers `/readyz`; False if a process ended first."""

@@ -33,9 +33,10 @@ CEL support (cel-python plus the functions in ``cel_library.K8S_FUNCTIONS``):
   ``replace``, ``indexOf``, ``lastIndexOf``, ``substring``, ``charAt``;
 * Kubernetes lists library: ``isSorted``, ``sum``, ``min``, ``max``, ``indexOf``, ``lastIndexOf``;
 * Kubernetes regex library: ``find``, ``findAll``;
-* Kubernetes quantity library: ``isQuantity``, ``quantity`` and the methods ``isLessThan``,
+* Kubernetes quantity library: ``isQuantity``, ``quantity``, ``sign`` (a function, as the API
+  server declares it: ``sign(q)``, never ``q.sign()``) and the methods ``isLessThan``,
   ``isGreaterThan``, ``compareTo``, ``add``, ``sub``, ``asInteger``, ``asApproximateFloat``,
-  ``sign``, ``isInteger``.
+  ``isInteger``.
 
 Anything else (``url``, ``ip``, ``cidr``, ``format``, ``semver``, ``sets.*``, optional types and
 ``optionalOldSelf``, two-variable comprehensions, ``cel.bind``, ...) raises

@@ -12,7 +12,7 @@ import re2
 from celpy import celtypes
 from celpy.evaluation import CELEvalError
 
-from tests.schemas.quantity import parse_quantity
+from tests.schemas.quantity import binary_fraction, parse_quantity
 
 
 def _require(value: Any, kind: type | tuple[type, ...]) -> None:
@@ -140,11 +140,13 @@ def _max(items: Any) -> Any:
 @dataclass(frozen=True, order=True)
 class _Quantity:
     value: Decimal
+    scaled: bool = False
+    """Kept as a scaled decimal by the API server (quantity.binary_fraction): not an integer."""
 
 
 def _parse_quantity(text: str) -> _Quantity | None:
     value = parse_quantity(text)
-    return None if value is None else _Quantity(value)
+    return None if value is None else _Quantity(value, binary_fraction(text))
 
 
 def _quantity(text: Any) -> Any:
@@ -183,6 +185,13 @@ def _quantity_unary(apply: Callable[[Decimal], Any]) -> Callable[[Any], Any]:
     return method
 
 
+def _int64(this: Any) -> bool:
+    """Quantity.AsInt64's verdict: whole, within int64, and not kept as a scaled decimal."""
+    _require(this, _Quantity)
+    v = this.value
+    return not this.scaled and v == v.to_integral_value() and -(2**63) <= v < 2**63
+
+
 def _as_integer(value: Decimal) -> Any:
     if value != value.to_integral_value() or not -(2**63) <= value < 2**63:
         return CELEvalError("quantity is not an int64 integer")
@@ -216,11 +225,13 @@ K8S_FUNCTIONS: Final[dict[str, Callable[..., Any]]] = {
     "compareTo": _quantity_method(_compare),
     "add": _quantity_method(lambda a, b: _Quantity(a + b)),
     "sub": _quantity_method(lambda a, b: _Quantity(a - b)),
-    "asInteger": _quantity_unary(_as_integer),
+    "asInteger": lambda this: (
+        _quantity_unary(_as_integer)(this)
+        if _int64(this)
+        else CELEvalError("quantity is not an int64 integer")
+    ),
     "asApproximateFloat": _quantity_unary(lambda v: celtypes.DoubleType(float(v))),
     "sign": _quantity_unary(lambda v: celtypes.IntType((v > 0) - (v < 0))),
     # Quantity.AsInt64: whole, and within int64.
-    "isInteger": _quantity_unary(
-        lambda v: celtypes.BoolType(v == v.to_integral_value() and -(2**63) <= v < 2**63)
-    ),
+    "isInteger": lambda this: celtypes.BoolType(_int64(this)),
 }

@@ -35,3 +35,22 @@ def parse_quantity(text: str) -> Decimal | None:
         return Decimal(match["number"]) * scale
     except InvalidOperation:
         return None
+
+
+def binary_fraction(text: str) -> bool:
+    """Whether the API server keeps a quantity as a scaled decimal rather than an int64, so its
+    CEL `isInteger()` is false whatever the value (apimachinery's ParseQuantity takes its fast
+    int64 path only while the digits leave room for the scale): a binary suffix with a decimal
+    point (`1.5Gi`, `1.0Gi`) or too many digits for its exponent (`1Pi`, `1Ei`, where `1Ti` and
+    `1E` fit), and a decimal amount of more than 18 digits. `1.5G` is 1500000000, an int64.
+    """
+    match = _QUANTITY.fullmatch(text)
+    if match is None:
+        return False
+    whole, _, fraction = match["number"].lstrip("+-").partition(".")
+    whole = whole.lstrip("0")
+    suffix = match["suffix"] or ""
+    if suffix.endswith("i"):
+        exponent = 10 * ("KMGTPE".index(suffix[0]) + 1)
+        return bool(fraction) or 15 - len(whole) - exponent * 3 // 10 - 1 < 0
+    return 18 - len(whole) - len(fraction) < 0

@@ -140,9 +140,13 @@ _STANDARD_FUNCTIONS: Final = frozenset(
         "min",  # cel-python treats list.min() as a built-in; Kubernetes' lists library has it.
     }
 )
+_FUNCTIONS_ONLY: Final = frozenset({"sign"})
+"""Library functions the API server declares as functions, never methods: `sign(q)` compiles
+there, and `q.sign()` fails the CRD ("found no matching overload for 'sign'")."""
 _GLOBAL_FUNCTIONS: Final = frozenset(
     {"has", "dyn", "size", "type", "matches", "quantity", "isQuantity"}
     | {"bool", "bytes", "double", "duration", "int", "string", "timestamp", "uint"}
+    | _FUNCTIONS_ONLY
 )
 _CEL_RESERVED: Final = frozenset(
     {
@@ -258,6 +262,8 @@ def _unsupported_calls(ast: lark.Tree[Any]) -> Iterator[str]:
                 yield f"{namespace}.{name}()"
             elif name in _MACROS and len(args) != 2:
                 yield f"{name}() with {len(args)} arguments"
+            elif name in _FUNCTIONS_ONLY:
+                yield f".{name}() (the API server has {name}(...), no method)"
             elif name not in methods:
                 yield f".{name}()"
         elif node.data == "ident_arg":
