@@ -107,6 +107,7 @@ def start_agent_sandbox(plane: ControlPlane) -> None:
         if process.poll() is None:
             process.kill()
             process.wait(15)
-        if "address already in use" not in plane.logs():
+        log = (plane.root / f"{NAME}.log").read_text(errors="replace")
+        if "address already in use" not in log:
             break
     raise AssertionError(f"the agent-sandbox controller did not start:\n{plane.logs()}")
