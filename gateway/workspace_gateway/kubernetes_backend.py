@@ -11,6 +11,8 @@ under a seed only the gateway holds. The namespace is part of it, so a sandbox o
 made by hand in another namespace has another token (see `Backend.locate`). Every object the
 gateway makes also carries its mark (`mark`), under the same seed but another message: without
 it an object is not the gateway's, and is never cached, shown, reaped or routed to.
+An object with a `deletionTimestamp` (deleted, its finalizers still held) is killed as far as
+E2B's API goes: not cached, listed, reaped or routed to, and a call on it answers 404 (`alive`).
 
 Each replica watches the gateway's sandboxes in every namespace (`sandbox_cache`): the data
 plane finds a sandbox in that cache, and create and connect wait on its changes rather than
@@ -324,9 +326,23 @@ def ours(obj: Mapping[str, Any], seed: bytes) -> bool:
     )
 
 
+def is_deleting(obj: Mapping[str, Any]) -> bool:
+    """Deleted, and kept only until its finalizers are done: for E2B's API, killed.
+
+    Crossplane holds its finalizer while it deletes what it composed, so a killed sandbox stays
+    for a while with its `deletionTimestamp` set.
+    """
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def alive(obj: Mapping[str, Any], seed: bytes) -> bool:
+    """The gateway's, and not being deleted: what the cache keeps and calls act on."""
+    return ours(obj, seed) and not is_deleting(obj)
+
+
 def shown(obj: Mapping[str, Any], seed: bytes) -> bool:
-    """What the E2B API answers for: the gateway's, and not a pool member still in its pool."""
-    return ours(obj, seed) and not is_member(obj)
+    """What the E2B API answers for: alive, and not a pool member still in its pool."""
+    return alive(obj, seed) and not is_member(obj)
 
 
 @dataclass(frozen=True)
@@ -388,7 +404,7 @@ class KubernetesBackend:
         self.core = core
         self.limits: dict[str, tuple[float, dict[str, int]]] = {}
         self.cache = Cache(
-            functools.partial(ours, seed=settings.seed), Projection(CACHED_LABELS, PREFIX)
+            functools.partial(alive, seed=settings.seed), Projection(CACHED_LABELS, PREFIX)
         )
         self.watcher: Watcher | None = None
         self.fallbacks: Allowance | None = None
@@ -905,7 +921,7 @@ class KubernetesBackend:
     async def _get(
         self, namespace: str, sandbox_id: str, *, members: bool = False
     ) -> dict[str, Any]:
-        """The gateway's object of this ID; a pool member only with `members`, else a 404."""
+        """The gateway's object of this ID, alive; a member only with `members`; else a 404."""
         if not is_id(sandbox_id):
             raise not_found(sandbox_id)  # never a name the cluster would read as a path
         obj = await self._call(
@@ -917,7 +933,7 @@ class KubernetesBackend:
             sandbox_id,
             missing=sandbox_id,
         )
-        if not ours(obj, self.settings.seed) or (is_member(obj) and not members):
+        if not alive(obj, self.settings.seed) or (is_member(obj) and not members):
             raise not_found(sandbox_id)
         return dict(obj)
 

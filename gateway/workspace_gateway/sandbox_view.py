@@ -6,10 +6,11 @@ cache never keeps an object as listed: it keeps this view of it, and an object w
 still larger than MAX_VIEW_BYTES (its gateway annotations, in practice) is not kept at all.
 
 This is the one place that knows which fields the gateway reads from cached objects
-(`kubernetes_backend`: `ours`, `sandbox_of`, `agent_url`, `is_paused`, `refusal_of`, `_init`,
-`reap`, `_stopping`, `handout_patch`; `kubernetes_pools`: `is_member`, `is_ready`, `made_at`,
-`stale`, `pooled_namespaces`). A new read of a cached field must be added here, or it reads
-nothing. Objects read straight from the API server are whole; only the cache's are views.
+(`kubernetes_backend`: `ours`, `alive`, `sandbox_of`, `agent_url`, `is_paused`, `refusal_of`,
+`_init`, `reap`, `_stopping`, `handout_patch`; `kubernetes_pools`: `is_member`, `is_ready`,
+`made_at`, `stale`, `pooled_namespaces`). A new read of a cached field must be added here, or
+it reads nothing. Objects read straight from the API server are whole; only the cache's are
+views.
 
 The gateway refuses a create whose own annotations would pass MAX_CALLER_NOTES_BYTES
 (`kubernetes_backend`), so every sandbox it made has a view well within the budget: only
@@ -28,7 +29,7 @@ MAX_CALLER_NOTES_BYTES = 24 * 1024
 MAX_CONDITION_MESSAGE = 2048  # refusal_of reads Crossplane's FATAL reason out of Synced's
 CONDITION_TYPES = ("Ready", "Synced")  # the first of each: a type appears once on an object
 SPEC_FIELDS = ("power", "lifetime", "image", "preset", "resources")
-METADATA_FIELDS = ("namespace", "name", "resourceVersion", "generation", "uid")
+METADATA_FIELDS = ("namespace", "name", "resourceVersion", "generation", "uid", "deletionTimestamp")
 STATUS_FIELDS = ("phase", "endpoint")
 CONDITION_FIELDS = ("type", "status", "observedGeneration", "message")
 

@@ -3,14 +3,20 @@
 Secrets and namespaced custom objects: get, list (by namespace or across all, with equality and
 existence label selectors), create (409 when the name is taken), merge-patch and delete, each
 object with a resourceVersion that every write moves on, and watches of a collection (see
-`watch_stream`). Leases: create, get, replace and merge-patch, a write at a stale
-resourceVersion answered 409. Anything else answers 404 or 405, so
-a call the gateway makes that a real API server would serve differently shows up as a failure.
+`watch_stream`). Custom objects are kept as the API server keeps those of a CRD with a status
+subresource: `metadata.generation` starts at 1 and moves on with every change outside metadata
+and status, writes to the object leave its status alone (`Cluster.update` is the status
+writer's), and a delete of one with finalizers only sets its `deletionTimestamp` until a write
+removes the last of them (`deleted`). `tests/control_plane/test_kube_fake_drift.py` asks the
+real API server the same questions. Leases: create, get, replace and merge-patch, a write at a
+stale resourceVersion answered 409. Anything else answers 404 or 405, so a call the gateway
+makes that a real API server would serve differently shows up as a failure.
 The real `kubernetes` client talks to it through a kubeconfig written by `kubeconfig`.
 """
 
 import base64
 import copy
+import datetime as dt
 import itertools
 import json
 import re
@@ -31,7 +37,7 @@ Answer = tuple[int, dict[str, Any]]
 
 NAMESPACED = re.compile(
     r"/(?:api/v1|apis/(?P<group>[^/]+)/(?P<version>[^/]+))/namespaces/(?P<ns>[^/]+)"
-    r"/(?P<plural>[^/]+)(?:/(?P<name>[^/]+))?"
+    r"/(?P<plural>[^/]+)(?:/(?P<name>[^/]+)(?P<status>/status)?)?"
 )
 ALL_NAMESPACES = re.compile(r"/apis/(?P<group>[^/]+)/(?P<version>[^/]+)/(?P<plural>[^/]+)")
 
@@ -134,9 +140,13 @@ def answer(
     plural, ns, name = found["plural"], found["ns"], found["name"]
     if found["group"] == LEASE_GROUP:
         return leases(cluster, method, (plural, ns, name or ""), body, content_type)
+    custom = found["group"] is not None
     if name is None:
-        return collection(cluster, method, (plural, ns, ""), selector, body, parse_qs(query))
-    return item(cluster, method, (plural, ns, name), body, content_type)
+        return collection(
+            cluster, method, (plural, ns, ""), selector, body, parse_qs(query), custom=custom
+        )
+    sub = "status" if found["status"] else ""
+    return item(cluster, method, (plural, ns, name), body, content_type, sub)
 
 
 def page(cluster: Cluster, items: list[dict[str, Any]], query: dict[str, list[str]]) -> Answer:
@@ -172,6 +182,8 @@ def collection(  # noqa: PLR0917  # the request's parts
     selector: str,
     body: Callable[[], Any],
     query: dict[str, list[str]],
+    *,
+    custom: bool = False,
 ) -> Answer:
     plural, ns, _ = key
     if method == "GET":
@@ -192,15 +204,25 @@ def collection(  # noqa: PLR0917  # the request's parts
     if refused:
         return refused
     cluster.written.append(copy.deepcopy(obj))
+    if custom:
+        obj.pop("status", None)  # the status subresource's, never the create's
+        obj["metadata"]["generation"] = 1
     return 201, cluster.put(key, obj)
 
 
-def item(
-    cluster: Cluster, method: str, key: Key, body: Callable[[], Any], content_type: str
+def item(  # noqa: PLR0917  # the request's parts
+    cluster: Cluster,
+    method: str,
+    key: Key,
+    body: Callable[[], Any],
+    content_type: str,
+    sub: str = "",
 ) -> Answer:
     current = cluster.objects.get(key)
     if current is None:
         return status(404, "NotFound", f'{key[0]} "{key[2]}" not found')
+    if sub:
+        return status_item(cluster, method, key, body, content_type)
     if method == "GET":
         return 200, current
     if method == "DELETE":
@@ -211,7 +233,12 @@ def item(
 
 
 def deleted(cluster: Cluster, key: Key, body: Callable[[], Any]) -> Answer:
-    """A delete, refused 409 when its preconditions name another resourceVersion."""
+    """A delete, refused 409 when its preconditions name another resourceVersion.
+
+    An object with finalizers stays, with its `deletionTimestamp` set (and its generation moved
+    on, as for any object that has one) the first time, unchanged after; a write that removes
+    its last finalizer then deletes it (`patched`).
+    """
     wanted = ((body() or {}).get("preconditions") or {}).get("resourceVersion")
     current = cluster.objects[key]["metadata"]["resourceVersion"]
     if wanted and wanted != current:
@@ -220,7 +247,40 @@ def deleted(cluster: Cluster, key: Key, body: Callable[[], Any]) -> Answer:
             f"ResourceVersion in precondition: {wanted}, ResourceVersion in object meta: {current}"
         )
         return status(409, "Conflict", message)
-    return 200, cluster.remove(key)
+    metadata = cluster.objects[key]["metadata"]
+    if not metadata.get("finalizers"):
+        return 200, cluster.remove(key)
+    if metadata.get("deletionTimestamp"):
+        return 200, cluster.objects[key]
+    obj = copy.deepcopy(cluster.objects[key])
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    obj["metadata"] |= {"deletionTimestamp": now, "deletionGracePeriodSeconds": 0}
+    if "generation" in metadata:
+        obj["metadata"]["generation"] += 1
+    return 200, cluster.put(key, obj)
+
+
+def status_item(
+    cluster: Cluster, method: str, key: Key, body: Callable[[], Any], content_type: str
+) -> Answer:
+    """The status subresource: a read, or a merge patch of which only the status is kept."""
+    current = cluster.objects[key]
+    if method == "GET":
+        return 200, current
+    if method != "PATCH" or content_type != "application/merge-patch+json":
+        return status(405, "MethodNotAllowed", method)
+    patch = body()
+    wanted = (patch.get("metadata") or {}).get("resourceVersion")
+    if wanted and wanted != current["metadata"]["resourceVersion"]:
+        return status(409, "Conflict", "the object has been modified")
+    obj = copy.deepcopy(current)
+    obj.pop("status", None)
+    written = merge(current, patch).get("status")
+    if written is not None:
+        obj["status"] = written
+    if obj == current:
+        return 200, current
+    return 200, cluster.put(key, obj)
 
 
 def patched(cluster: Cluster, key: Key, body: Callable[[], Any], content_type: str) -> Answer:
@@ -232,11 +292,46 @@ def patched(cluster: Cluster, key: Key, body: Callable[[], Any], content_type: s
     if wanted and wanted != current["metadata"]["resourceVersion"]:
         return status(409, "Conflict", "the object has been modified")
     obj = merge(copy.deepcopy(current), patch)
-    refused = too_big(obj)
+    refused = too_big(obj) or finalizers_added(current, obj)
     if refused:
         return refused
     cluster.written.append(copy.deepcopy(obj))
+    if "generation" in current["metadata"]:
+        obj = custom_update(current, obj)
+    if current["metadata"].get("deletionTimestamp") and not obj["metadata"].get("finalizers"):
+        # Its last finalizer gone: deleted. The answer is the object as written, the watch's
+        # DELETED event the object as it was stored, finalizer and all.
+        obj["metadata"]["resourceVersion"] = cluster.remove(key)["metadata"]["resourceVersion"]
+        return 200, obj
+    if obj == current:
+        return 200, current  # nothing changed: nothing written, the same resourceVersion
     return 200, cluster.put(key, obj)
+
+
+def custom_update(current: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
+    """A write to a custom object: its status kept, its generation moved on for a new spec."""
+    obj.pop("status", None)
+    if "status" in current:
+        obj["status"] = copy.deepcopy(current["status"])
+    outside = [
+        {k: v for k, v in o.items() if k not in {"metadata", "status"}} for o in (current, obj)
+    ]
+    if outside[0] != outside[1]:
+        obj["metadata"]["generation"] = current["metadata"]["generation"] + 1
+    return obj
+
+
+def finalizers_added(current: dict[str, Any], obj: dict[str, Any]) -> Answer | None:
+    if not current["metadata"].get("deletionTimestamp"):
+        return None
+    before = set(current["metadata"].get("finalizers") or [])
+    if set(obj["metadata"].get("finalizers") or []) <= before:
+        return None
+    message = (
+        f"{current['metadata']['name']}: metadata.finalizers: Forbidden: "
+        "no new finalizers can be added if the object is being deleted"
+    )
+    return status(422, "Invalid", message)
 
 
 # --- Authentication, authorization and admission: TokenReview, SubjectAccessReview, refusals.
