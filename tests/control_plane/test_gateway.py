@@ -7,24 +7,35 @@ agent for each running sandbox, and `gateway.report_status` alone plays the cont
 would report where it is: every test that makes a sandbox relies on it.
 """
 
+import asyncio
 import functools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from e2b import Sandbox
-from e2b.exceptions import SandboxException, SandboxNotFoundException
+from e2b.exceptions import AuthenticationException, SandboxException, SandboxNotFoundException
 from kubernetes import client as k8s
+from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
+from workspace_gateway.backend import NewSandbox
+from workspace_gateway.errors import GatewayError
 from workspace_gateway.kubernetes_backend import (
+    END,
     GROUP,
     MARK,
     PLURAL,
     VERSION,
+    KubernetesBackend,
+    Settings,
+    manifest,
 )
+from workspace_gateway.templates import Template
 
 from tests.control_plane import gateway as gw
 from tests.control_plane.install import Installed
@@ -167,3 +178,206 @@ def test_a_sandbox_being_deleted_answers_as_a_killed_one(world: World) -> None:
         GROUP, VERSION, TENANT_A, PLURAL, sandbox_id, {"metadata": {"finalizers": None}}
     )
     assert world.xr(TENANT_A, sandbox_id) is None
+
+
+# --- Kubernetes tokens: TokenReview and SubjectAccessReview against the shipped tenant roles.
+
+TOKENS = "gw-tokens"
+ROLES = {
+    "editor": "function-workspace-sandbox:tenant-admin",
+    "viewer": "function-workspace-sandbox:tenant-view",
+}
+
+
+def may(plane: ControlPlane, account: str, verb: str) -> bool:
+    review = k8s.AuthorizationV1Api(plane.client()).create_subject_access_review(
+        {
+            "spec": {
+                "user": f"system:serviceaccount:{TOKENS}:{account}",
+                "groups": ["system:serviceaccounts", "system:authenticated"],
+                "resourceAttributes": {
+                    "verb": verb,
+                    "group": GROUP,
+                    "resource": PLURAL,
+                    "namespace": TOKENS,
+                },
+            }
+        }
+    )
+    return bool(review.status.allowed)
+
+
+@pytest.fixture(scope="module")
+def reviewed(world: World) -> Iterator[tuple[gw.Gateway, dict[str, str]]]:
+    """A gateway with `--auth kubernetes-tokens`, and tokens of an editor and a viewer of
+    gw-tokens, bound to the roles deploy/rbac-tenants.yaml ships."""
+    api = world.plane.client()
+    core, rbac = k8s.CoreV1Api(api), k8s.RbacAuthorizationV1Api(api)
+    for account, role in ROLES.items():
+        core.create_namespaced_service_account(TOKENS, {"metadata": {"name": account}})
+        ref = {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role}
+        subject = {"kind": "ServiceAccount", "name": account, "namespace": TOKENS}
+        rbac.create_namespaced_role_binding(
+            TOKENS, {"metadata": {"name": account}, "roleRef": ref, "subjects": [subject]}
+        )
+    eventually(lambda: may(world.plane, "editor", "create"), 30, "the binding did not act")
+    tokens = {a: gw.token(world.plane, TOKENS, a) for a in ROLES}
+    mapping = gw.templates(world.folder)
+    served = gw.start_gateway(
+        world.folder,
+        world.kubeconfig,
+        mapping,
+        world.platform.port,
+        *("--auth", "kubernetes-tokens"),
+        name="gateway-tokens",
+    )
+    try:
+        yield served, tokens
+    finally:
+        served.stop()
+    assert "Traceback" not in served.output(), served.output()[-4000:]
+
+
+def test_tokens_act_as_far_as_the_tenant_roles_let_them(
+    world: World, reviewed: tuple[gw.Gateway, dict[str, str]]
+) -> None:
+    served, tokens = reviewed
+    editor, viewer = (world.sdk(served, tokens[a]) for a in ("editor", "viewer"))
+    sandbox = Sandbox.create(metadata={"by": "editor"}, **editor)
+    assert sandbox.commands.run("echo reviewed").stdout == "reviewed\n"
+    assert [s.sandbox_id for s in Sandbox.list(**viewer).next_items()] == [sandbox.sandbox_id]
+    assert Sandbox.get_info(sandbox.sandbox_id, **viewer).metadata == {"by": "editor"}
+    with pytest.raises(SandboxException, match="403"):
+        Sandbox.create(**viewer)
+    with pytest.raises(SandboxException, match="403"):
+        Sandbox.kill(sandbox.sandbox_id, **viewer)
+    elsewhere = {**editor, "api_headers": {"X-Sandbox-Namespace": TENANT_B}}
+    with pytest.raises(SandboxException, match="403"):
+        Sandbox.list(**elsewhere).next_items()
+    with pytest.raises(AuthenticationException):
+        Sandbox.list(**world.sdk(served, "eyJ.not-a-token-anyone-knows")).next_items()
+    # A key is no token: the API server's TokenReview knows nothing of it.
+    with pytest.raises(AuthenticationException):
+        Sandbox.list(**world.sdk(served, world.keys[TENANT_A])).next_items()
+    assert Sandbox.kill(sandbox.sandbox_id, **editor) is True
+
+
+# --- The gateway's own calls, in process with its ServiceAccount's client.
+
+
+def settings(world: World) -> Settings:
+    seed = (world.folder / "seed").read_bytes().strip()
+    return Settings(templates={"base": BASE}, seed=seed, agent_port=world.platform.port)
+
+
+BASE = Template(image="ubuntu-24.04")
+
+
+def sandbox_manifest(world: World, tenant: str, sandbox_id: str, **notes: str) -> dict[str, Any]:
+    """A WorkspaceSandbox as the gateway makes it, with the gateway's seed."""
+    request = NewSandbox(template="base", timeout=300)
+    body = manifest(
+        (tenant, sandbox_id), "base", BASE, request, datetime.now(UTC), seed=settings(world).seed
+    )
+    body["metadata"]["annotations"] |= notes
+    return body
+
+
+@pytest.fixture
+async def backend(world: World) -> AsyncIterator[KubernetesBackend]:
+    api = k8s_config.new_client_from_config(config_file=str(world.kubeconfig))
+    made = KubernetesBackend(
+        Recorded(k8s.CustomObjectsApi(api)), settings(world), httpx.AsyncClient()
+    )
+    yield made
+    await made.close()
+    api.close()
+
+
+class Recorded:
+    """The client's CustomObjectsApi, every cluster-wide list (watches too) noted on its way."""
+
+    def __init__(self, custom: k8s.CustomObjectsApi) -> None:
+        self.custom = custom
+        self.lists: list[dict[str, Any]] = []
+
+    def list_cluster_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+        self.lists.append(kwargs)
+        return self.custom.list_cluster_custom_object(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.custom, name)
+
+
+async def settle(check: Callable[[], Any], seconds: float = SETTLED_SECONDS, what: str = "") -> Any:
+    deadline = time.monotonic() + seconds
+    while not (found := check()):
+        assert time.monotonic() < deadline, what or "not within the time"
+        await asyncio.sleep(0.1)
+    return found
+
+
+async def test_writes_at_a_stale_resource_version_are_refused_and_retried(
+    world: World, backend: KubernetesBackend
+) -> None:
+    sandbox_id = "rv" + "0" * 18
+    world.custom.create_namespaced_custom_object(
+        GROUP, VERSION, TENANT_B, PLURAL, sandbox_manifest(world, TENANT_B, sandbox_id)
+    )
+    read = await backend._get(TENANT_B, sandbox_id)
+    stale = read["metadata"]["resourceVersion"]
+    moved = {"metadata": {"annotations": {"test.cozystack.io/moved": "1"}}}
+    world.custom.patch_namespaced_custom_object(GROUP, VERSION, TENANT_B, PLURAL, sandbox_id, moved)
+
+    end = {
+        "metadata": {"resourceVersion": stale, "annotations": {END: "2000-01-01T00:00:00+00:00"}}
+    }
+    with pytest.raises(GatewayError) as refused:
+        await backend._patch(TENANT_B, sandbox_id, end)
+    assert refused.value.status == 409
+    with pytest.raises(GatewayError) as refused:
+        await backend._delete(TENANT_B, sandbox_id, stale)
+    assert refused.value.status == 409
+    assert world.xr(TENANT_B, sandbox_id) is not None
+
+    # A write between the gateway's read and its patch: the patch is refused, read again, made.
+    decided: list[str] = []
+
+    def change(obj: Any) -> dict[str, Any]:
+        decided.append(obj["metadata"]["resourceVersion"])
+        if len(decided) == 1:
+            world.custom.patch_namespaced_custom_object(
+                GROUP, VERSION, TENANT_B, PLURAL, sandbox_id, {"metadata": {"labels": {"x": "1"}}}
+            )
+        return {"metadata": {"annotations": {END: "2100-01-01T00:00:00+00:00"}}}
+
+    await backend._update(TENANT_B, sandbox_id, change)
+    assert len(decided) == 2
+    assert decided[0] != decided[1]
+    assert (world.xr(TENANT_B, sandbox_id) or {})["metadata"]["annotations"][END].startswith("2100")
+    current = (world.xr(TENANT_B, sandbox_id) or {})["metadata"]["resourceVersion"]
+    await backend._delete(TENANT_B, sandbox_id, current)
+    eventually(lambda: world.xr(TENANT_B, sandbox_id) is None)
+
+
+async def test_the_watch_lists_again_after_a_410(world: World, backend: KubernetesBackend) -> None:
+    assert await backend.ready()
+    recorded = backend.custom
+    assert isinstance(recorded, Recorded)
+
+    def lists() -> int:
+        return sum(1 for c in recorded.lists if not c.get("watch"))
+
+    assert lists() == 1
+    gw.crd_storage_reset(world.plane)
+    await settle(lambda: lists() >= 2, 90, "no list again after the storage was made anew")
+    # And the watch goes on: a sandbox made now reaches the cache without a list.
+    before = lists()
+    sandbox_id = "watch" + "0" * 15
+    world.custom.create_namespaced_custom_object(
+        GROUP, VERSION, TENANT_B, PLURAL, sandbox_manifest(world, TENANT_B, sandbox_id)
+    )
+    await settle(lambda: (TENANT_B, sandbox_id) in backend.cache.objects, 30, "not heard")
+    world.custom.delete_namespaced_custom_object(GROUP, VERSION, TENANT_B, PLURAL, sandbox_id)
+    await settle(lambda: (TENANT_B, sandbox_id) not in backend.cache.objects, 30, "not heard")
+    assert lists() - before <= 1  # Crossplane's own CRD write may reset it once more
