@@ -9,8 +9,10 @@ would report where it is: every test that makes a sandbox relies on it.
 
 import asyncio
 import functools
+import signal
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +25,7 @@ from e2b.exceptions import AuthenticationException, SandboxException, SandboxNot
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
+from workspace_gateway import lease
 from workspace_gateway.backend import NewSandbox
 from workspace_gateway.errors import GatewayError
 from workspace_gateway.kubernetes_backend import (
@@ -35,6 +38,7 @@ from workspace_gateway.kubernetes_backend import (
     Settings,
     manifest,
 )
+from workspace_gateway.kubernetes_pools import HANDED_OUT, MEMBER, POOL_LABEL, READY_NOTE
 from workspace_gateway.templates import Template
 
 from tests.control_plane import gateway as gw
@@ -207,7 +211,7 @@ def may(plane: ControlPlane, account: str, verb: str) -> bool:
     return bool(review.status.allowed)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def reviewed(world: World) -> Iterator[tuple[gw.Gateway, dict[str, str]]]:
     """A gateway with `--auth kubernetes-tokens`, and tokens of an editor and a viewer of
     gw-tokens, bound to the roles deploy/rbac-tenants.yaml ships."""
@@ -381,3 +385,93 @@ async def test_the_watch_lists_again_after_a_410(world: World, backend: Kubernet
     world.custom.delete_namespaced_custom_object(GROUP, VERSION, TENANT_B, PLURAL, sandbox_id)
     await settle(lambda: (TENANT_B, sandbox_id) not in backend.cache.objects, 30, "not heard")
     assert lists() - before <= 1  # Crossplane's own CRD write may reset it once more
+
+
+# --- Several replicas: the reaper's Lease, and warm pools. Each test's replicas are the only
+# ones: the module's gateway is stopped first (and hands its Lease over as it stops).
+
+
+def holder(world: World) -> str:
+    coordination = k8s.CoordinationV1Api(world.plane.client())
+    found = coordination.read_namespaced_lease(lease.NAME, gw.GATEWAY_NAMESPACE)
+    return str(found.spec.holder_identity or "")
+
+
+def gone(world: World, tenant: str, sandbox_id: str) -> bool:
+    xr = world.xr(tenant, sandbox_id)
+    return xr is None or bool(xr["metadata"].get("deletionTimestamp"))
+
+
+def test_the_lease_passes_to_the_other_replica_once_its_killed_holder_s_term_ends(
+    world: World,
+) -> None:
+    world.gateway.stop()
+    mapping = gw.templates(world.folder)
+    port = world.platform.port
+    replicas = {
+        n: gw.start_gateway(world.folder, world.kubeconfig, mapping, port, name=n)
+        for n in ("replica-a", "replica-b")
+    }
+    try:
+        first = eventually(
+            lambda: next((n for n in replicas if holder(world).startswith(f"{n}_")), None),
+            what="neither replica took the Lease",
+        )
+        (survivor,) = set(replicas) - {first}
+        replicas[first].stop(signal.SIGKILL)  # no hand-over: its term must run out
+        killed = time.monotonic()
+        sandbox_id = "reap" + "0" * 16
+        expired = sandbox_manifest(
+            world, TENANT_B, sandbox_id, **{END: "2000-01-01T00:00:00+00:00"}
+        )
+        world.custom.create_namespaced_custom_object(GROUP, VERSION, TENANT_B, PLURAL, expired)
+        eventually(lambda: holder(world).startswith(f"{survivor}_"), what="no take-over")
+        taken = time.monotonic() - killed
+        assert taken >= 5, f"taken {taken:.1f} s after the kill, within the holder's term"
+        eventually(lambda: gone(world, TENANT_B, sandbox_id), 30, "the survivor did not reap")
+        assert "now reaps" in replicas[survivor].output()
+    finally:
+        for replica in replicas.values():
+            replica.stop()
+    assert "Traceback" not in replicas[survivor].output()
+
+
+def members(world: World, tenant: str) -> list[dict[str, Any]]:
+    listed = world.custom.list_namespaced_custom_object(
+        GROUP, VERSION, tenant, PLURAL, label_selector=f"{POOL_LABEL}={MEMBER}"
+    )
+    return [o for o in listed["items"] if o["metadata"].get("annotations", {}).get(READY_NOTE)]
+
+
+def test_two_replicas_hand_each_pool_member_out_once(world: World) -> None:
+    world.gateway.stop()
+    tenant, key = "gw-pools", world.keys["gw-pools"]
+    mapping = gw.templates(world.folder, pool={"size": 2, "temperature": "running"})
+    port = world.platform.port
+    replicas = [
+        gw.start_gateway(world.folder, world.kubeconfig, mapping, port, name=f"pooled-{n}")
+        for n in ("p", "q")
+    ]
+    try:
+        cold = Sandbox.create(**world.sdk(replicas[0], key))  # the namespace is in use now
+        ready = eventually(lambda: len(members(world, tenant)) == 2, 90, "no pool")
+        assert ready
+        made = {o["metadata"]["name"] for o in members(world, tenant)}
+        time.sleep(1)  # both replicas' watches have heard them ready
+        with ThreadPoolExecutor(2) as both:
+            created = list(both.map(lambda r: Sandbox.create(**world.sdk(r, key)), replicas))
+        handed = {s.sandbox_id for s in created}
+        assert handed == made  # one each: never the same member twice
+        for sandbox in created:
+            xr = world.xr(tenant, sandbox.sandbox_id) or {}
+            assert xr["metadata"]["labels"][POOL_LABEL] == HANDED_OUT
+            assert sandbox.commands.run("echo warm").stdout == "warm\n"
+        audit = "".join(r.output() for r in replicas)
+        assert (audit.count('"pool":"hit"'), audit.count('"pool":"miss"')) == (2, 1)
+        for sandbox in (cold, *created):
+            assert sandbox.kill() is True
+    finally:
+        for replica in replicas:
+            replica.stop()
+    for replica in replicas:
+        assert "Traceback" not in replica.output()
