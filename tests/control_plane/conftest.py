@@ -3,7 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.control_plane.crossplane import start_crossplane
+from tests.control_plane.composing import Composing, start_composing
+from tests.control_plane.crossplane import start_crossplane, wait_xrd
 from tests.control_plane.install import Installed, install, install_crds
 from tests.control_plane.server import CONTROLLERS, ControlPlane, control_plane
 
@@ -36,5 +37,15 @@ def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 @pytest.fixture(scope="session")
 def crossplane(installed: Installed) -> Installed:
     """The install with Crossplane core running: the XRD served as a CRD."""
-    start_crossplane(installed)
+    start_crossplane(installed.plane)
+    wait_xrd(installed.plane)
     return installed
+
+
+@pytest.fixture(scope="session")
+def composing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Composing]:
+    """A plane of its own where Crossplane composes with the real function: the function and
+    provider-kubernetes installed by Crossplane's package manager and running beside it."""
+    root: Path = tmp_path_factory.mktemp("composing")
+    with control_plane(root) as started:
+        yield start_composing(started)

@@ -1,20 +1,103 @@
-"""Crossplane core v2.3.4 against the plane, out of cluster: its own binary, the plane's
-administrator kubeconfig, no webhooks (nothing can reach a webhook server here; the Usages'
-admission is what those would add), and a client certificate from the plane's CA for the
-mutual TLS it speaks to functions.
+"""Crossplane core v2.3.4 against the plane, out of cluster, as its Helm chart installs it: the
+chart's ServiceAccount and RBAC (rendered from the pinned chart), its RBAC manager granting
+Crossplane what each XRD and provider needs, `core init` then `core start` as that account. No
+webhooks (nothing can reach a webhook server here; the Usages' admission is what those would
+add), and a client certificate from the plane's CA for the mutual TLS it speaks to functions.
 """
 
+import re
 import shutil
+import subprocess
+import time
 
-from tests.control_plane.install import Installed, kubectl
-from tests.control_plane.server import _ports, built, issue
+import yaml
 
+from tests.control_plane.install import apply, kubectl
+from tests.control_plane.server import ControlPlane, _ports, built, issue, source
+
+MODULE = "github.com/crossplane/crossplane/v2"
 XRD = "workspacesandboxes.sandbox.cozystack.io"
+NAMESPACE = "crossplane-system"
+ACCOUNT = "crossplane"
 ESTABLISHED_SECONDS = 60
+AGGREGATED_SECONDS = 60
+RBAC_MANAGER = "crossplane-rbac-manager"
+"""Its metrics address is controller-runtime's default, :8080, which no flag changes, the
+same as provider-kubernetes': `composing.py` stops it once its roles exist."""
+CHART_SECRETS = {
+    "POD_NAMESPACE": NAMESPACE,
+    "POD_SERVICE_ACCOUNT": ACCOUNT,
+    "TLS_CA_SECRET_NAME": "crossplane-root-ca",
+    "TLS_CLIENT_SECRET_NAME": "crossplane-tls-client",
+    "TLS_SERVER_SECRET_NAME": "crossplane-tls-server",
+}
+"""The chart's environment for the initializer (the Secrets it fills). Crossplane here speaks
+to functions with a certificate from the plane's CA instead, which the function's server
+certificate shares: the trust a cluster sets up with Crossplane's own CA."""
+CHART_TEMPLATES = (
+    "serviceaccount.yaml",
+    "clusterrole.yaml",
+    "clusterrolebinding.yaml",
+    "rbac-manager-allowed-provider-permissions.yaml",
+)
+CHART_VALUES = {
+    ".Values.rbacManager.deploy": True,
+    ".Values.serviceAccount.create": True,
+    "not .Values.serviceAccount.create": False,
+}
+"""The chart's defaults, for the conditions the templates above ask."""
 
 
-def start_crossplane(installed: Installed) -> None:
-    plane = installed.plane
+def chart(template: str) -> list[dict[str, object]]:
+    """One of the chart's templates rendered with its defaults: the few Helm constructs these
+    templates use, and a failure on any other, so a chart that grows one is noticed."""
+    text = (
+        source(MODULE) / "cluster" / "charts" / "crossplane" / "templates" / template
+    ).read_text()
+    text = text.replace('{{ template "crossplane.name" . }}', ACCOUNT)
+    text = text.replace("{{ .Release.Namespace }}", NAMESPACE)
+    text = re.sub(r"\n?\s*\{\{- include [^}]*\}\}", "", text)
+    # Blocks of values the defaults leave empty (annotations, pull secrets).
+    text = re.sub(r"\{\{- with [^}]*\}\}.*?\{\{-? end \}\}", "", text, flags=re.S)
+    out, keep = [], [True]
+    for piece in re.split(r"(\{\{-? (?:if [^}]*|else|end) ?\}\})", text):
+        tag = re.fullmatch(r"\{\{-? (if (.*?)|else|end) ?\}\}", piece)
+        if not tag:
+            if all(keep):
+                out.append(piece)
+        elif tag.group(1) == "else":
+            keep[-1] = not keep[-1]
+        elif tag.group(1) == "end":
+            keep.pop()
+        else:
+            keep.append(bool(CHART_VALUES[tag.group(2).strip()]))
+    rendered = "".join(out)
+    assert "{{" not in rendered, f"{template}: a Helm construct this renderer does not know"
+    return [doc for doc in yaml.safe_load_all(rendered) if doc]
+
+
+def install_identity(plane: ControlPlane) -> None:
+    """The chart's ServiceAccount, ClusterRoles and binding for Crossplane."""
+    docs = [doc for template in CHART_TEMPLATES for doc in chart(template)]
+    manifests = plane.root / "crossplane-chart.yaml"
+    manifests.write_text(yaml.safe_dump_all(docs))
+    apply(plane, "-f", str(manifests))
+
+
+def start_crossplane(plane: ControlPlane, *, runtime: str = "") -> None:
+    """The chart's identity, `crossplane rbac start` (its RBAC manager, as the administrator),
+    `crossplane core init` (the chart's init container: the core CRDs, the package lock, the
+    default runtime config and activation policy) and `crossplane core start` as Crossplane's
+    account, with the package runtime `runtime` if given."""
+    install_identity(plane)
+    binary = built("crossplane") / "crossplane"
+    plane.run(
+        RBAC_MANAGER,
+        [binary, "rbac", "start", f"--provider-clusterrole={ACCOUNT}:allowed-provider-permissions"],
+        CHART_SECRETS,
+    )  # fmt: skip
+    own = plane.account_kubeconfig(NAMESPACE, ACCOUNT)
+    wait_aggregated(plane)
     pki = plane.root / "pki"
     certs = plane.root / "crossplane-client"
     certs.mkdir()
@@ -22,17 +105,49 @@ def start_crossplane(installed: Installed) -> None:
     shutil.copy(pki / "ca.crt", certs / "ca.crt")
     shutil.copy(crt, certs / "tls.crt")
     shutil.copy(key, certs / "tls.key")
-    metrics, health = _ports(2)
-    plane.run(
-        "crossplane",
-        [
-            built("crossplane") / "crossplane", "core", "start",
-            "--webhook-enabled=false", "--namespace=crossplane-system",
-            f"--cache-dir={plane.root / 'xpkg'}",
-            f"--metrics-port={metrics}", f"--health-probe-port={health}",
-        ],
-        {"TLS_CLIENT_CERTS_DIR": str(certs)},
+    crds = source(MODULE) / "cluster" / "crds"
+    init = subprocess.run(
+        [str(binary), "core", "init", "--webhook-enabled=false", "--activation=*"],
+        # Its flag for the CRDs' folder is spelled --cr-ds-path; the chart sets the variable.
+        env={"KUBECONFIG": str(own), "CRDS_PATH": str(crds), **CHART_SECRETS},
+        capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
+    assert init.returncode == 0, init.stderr[-3000:]
+    # The package cache (the chart's emptyDir): without it every pull fails to parse, the cache's
+    # write closing the pipe the parser reads.
+    (plane.root / "xpkg").mkdir()
+    metrics, health = _ports(2)
+    argv: list[object] = [
+        binary, "core", "start", "--webhook-enabled=false", f"--namespace={NAMESPACE}",
+        f"--cache-dir={plane.root / 'xpkg'}",
+        f"--metrics-port={metrics}", f"--health-probe-port={health}",
+    ]  # fmt: skip
+    if runtime:
+        argv.append(f"--package-runtime={runtime}")
+    env = {"KUBECONFIG": str(own), "TLS_CLIENT_CERTS_DIR": str(certs), **CHART_SECRETS}
+    plane.run("crossplane", argv, env)
+
+
+def wait_aggregated(plane: ControlPlane, group: str = "", resource: str = "") -> None:
+    """Crossplane's ClusterRole filled by the aggregation controller: with the chart's rules,
+    or with a rule for `resource` in `group` (one the RBAC manager grants)."""
+    deadline = time.monotonic() + AGGREGATED_SECONDS
+    path = f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{ACCOUNT}"
+    while time.monotonic() < deadline:
+        status, role = plane.request("GET", path)
+        rules = role.get("rules") or [] if status == 200 else []
+        if rules and not resource:
+            return
+        if any(
+            group in r.get("apiGroups", []) and resource in r.get("resources", []) for r in rules
+        ):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"Crossplane's ClusterRole lacks {group}/{resource}\n{plane.logs()}")
+
+
+def wait_xrd(plane: ControlPlane) -> None:
+    """The XRD established: Crossplane serves WorkspaceSandbox as a CRD."""
     run = kubectl(
         plane, "wait", f"xrd/{XRD}", "--for=condition=Established",
         f"--timeout={ESTABLISHED_SECONDS}s", check=False,

@@ -58,19 +58,21 @@ def apply(plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
     return kubectl(plane, "apply", "--server-side", f"--field-manager={FIELD_MANAGER}", *args)
 
 
-def crd_files() -> list[Path]:
+def crd_files(skip: tuple[str, ...] = ()) -> list[Path]:
     files = []
     for folder in VENDORED_CRDS:
         files += sorted((UPSTREAM / folder).rglob("*.yaml"))
     for module, under in SOURCED_CRDS.items():
-        files += sorted(source(module).glob(under))
+        if module not in skip:
+            files += sorted(source(module).glob(under))
     return [
         f for f in files if yaml.safe_load(f.read_text()).get("kind") == "CustomResourceDefinition"
     ]
 
 
-def install_crds(plane: ControlPlane) -> tuple[str, ...]:
-    files = crd_files()
+def install_crds(plane: ControlPlane, skip: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The upstream CRDs, but those of the pinned modules in `skip` (a package installs them)."""
+    files = crd_files(skip)
     names = [yaml.safe_load(path.read_text())["metadata"]["name"] for path in files]
     apply(plane, *(arg for path in files for arg in ("-f", str(path))))
     wait_established(plane, names)

@@ -222,6 +222,9 @@ class ControlPlane:
             "--authentication-kubeconfig", self.kubeconfig,
             "--authorization-kubeconfig", self.kubeconfig,
             "--leader-elect=false", "--secure-port", "0",
+            # Each controller as its own account (system:serviceaccount:kube-system:<name>), as
+            # kubeadm and Talos run it: the admission policies name the garbage collector so.
+            "--use-service-account-credentials",
             "--controllers", ",".join(self.controllers),
             "--root-ca-file", pki / "ca.crt",
             "--service-account-private-key-file", pki / "service-accounts.key",
@@ -245,6 +248,17 @@ class ControlPlane:
         """Start another component against the plane (the administrator's kubeconfig in
         `KUBECONFIG`); it is stopped with the plane, and its log is in `logs()`."""
         self._spawn(name, argv, {"KUBECONFIG": str(self.kubeconfig), **(env or {})})
+
+    def halt(self, name: str) -> None:
+        """Stop one component started with `run`."""
+        process = self.processes.pop(name)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(STOP_SECONDS)
 
     def _ready(self) -> bool:
         """Whether the API server answers `/readyz`; False if a process ended first."""
@@ -279,6 +293,19 @@ class ControlPlane:
             "current-context": "test",
         }
         self.kubeconfig.write_text(yaml.safe_dump(config))
+
+    def account_kubeconfig(self, namespace: str, account: str, seconds: int = 86400) -> Path:
+        """A kubeconfig for a ServiceAccount (which must exist), with a token from the server's
+        TokenRequest API: what a pod of that account has, for a component run out of cluster."""
+        path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token"
+        status, answer = self.request("POST", path, {"spec": {"expirationSeconds": seconds}})
+        assert status == 201, answer
+        config = yaml.safe_load(self.kubeconfig.read_text())
+        config["users"] = [{"name": account, "user": {"token": answer["status"]["token"]}}]
+        config["contexts"][0]["context"]["user"] = account
+        out = self.root / f"{namespace}-{account}.kubeconfig"
+        out.write_text(yaml.safe_dump(config))
+        return out
 
     def client(self, user: str = "", group: str = "") -> k8s.ApiClient:
         """An API client as the administrator, or as `user` (in `group`, if given) by

@@ -1,0 +1,284 @@
+"""Crossplane composing with the real function: the install as a cluster has it, with the
+function and provider-kubernetes installed by Crossplane's package manager and running beside it.
+
+The route (docs/development.md, "The control-plane tier"):
+
+- `deploy/` is applied unchanged; its Function and Provider name `ghcr.io/cozystack/...` and
+  `xpkg.crossplane.io/crossplane-contrib/...`. ImageConfigs send those pulls to a local
+  registry holding the packages built from this repository's `package/` and the provider's
+  pinned `package/` (`packages.py`), so the package manager fetches, parses, checks and
+  installs both as it installs a release: revisions, the function's input CRD, the
+  provider's CRDs through ManagedResourceDefinitions and the default activation policy.
+- Crossplane runs with `--package-runtime=External`, its supported mode for a runtime it does
+  not manage (nothing here runs Deployments). The runtime's one duty toward Crossplane is to
+  report where a function revision serves: `runtime_ready` does that, and is the only place
+  the tier plays an absent component for Crossplane.
+- The function is this repository's `workspace-sandbox serve` with mutual TLS: a server
+  certificate from the plane's CA, and Crossplane's client certificate checked against it,
+  exactly as in a cluster (where Crossplane's initializer issues both).
+- provider-kubernetes runs out of cluster with the administrator's kubeconfig for its own
+  objects; what it does in a sandbox's namespace is done with the credentials its
+  ProviderConfigs give (`provider_identity`).
+"""
+
+import base64
+import shutil
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client as k8s
+
+from tests.control_plane.crossplane import (
+    RBAC_MANAGER,
+    start_crossplane,
+    wait_aggregated,
+    wait_xrd,
+)
+from tests.control_plane.install import (
+    PLATFORM_NAMESPACES,
+    Installed,
+    apply,
+    install_crds,
+    kubectl,
+    wait_established,
+)
+from tests.control_plane.packages import PROVIDER_MODULE, image_configs, publish, start_registry
+from tests.control_plane.server import ControlPlane, _ports, built, issue
+from tests.support import ROOT
+
+FUNCTION = "function-workspace-sandbox"
+PROVIDER = "provider-kubernetes"
+PROVIDER_ACCOUNT = "provider-kubernetes"
+"""The ServiceAccount `deploy/provider-kubernetes.yaml`'s DeploymentRuntimeConfig names."""
+CREDENTIALS_SECRET = "provider-kubernetes-identity"  # noqa: S105  # a Secret's name
+NAMESPACE = "crossplane-system"
+SETTLE_SECONDS = 120.0
+"""A package pulled, parsed and its revision active; CRDs established; measured in seconds."""
+SERVE_ATTEMPTS = 4
+
+
+@dataclass(frozen=True)
+class Composing:
+    installed: Installed
+    function: str
+    """Where the function serves, `127.0.0.1:PORT`."""
+
+    @property
+    def plane(self) -> ControlPlane:
+        return self.installed.plane
+
+
+def until(what: str, check: Any, plane: ControlPlane, seconds: float = SETTLE_SECONDS) -> Any:
+    """Poll `check()` until it returns something truthy, at most `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}\n{plane.logs()}")
+
+
+def create(plane: ControlPlane, obj: Mapping[str, Any]) -> None:
+    group, _, version = str(obj["apiVersion"]).rpartition("/")
+    plural = f"{str(obj['kind']).lower()}s"
+    status, answer = plane.request("POST", f"/apis/{group}/{version}/{plural}", dict(obj))
+    assert status in {201, 409}, answer
+
+
+def serve_function(plane: ControlPlane) -> str:
+    """`workspace-sandbox serve` with mTLS on a free loopback port: its address."""
+    pki = plane.root / "pki"
+    certs = plane.root / "function-certs"
+    certs.mkdir()
+    crt, key = issue(pki, "function-server")
+    shutil.copy(pki / "ca.crt", certs / "ca.crt")
+    shutil.copy(crt, certs / "tls.crt")
+    shutil.copy(key, certs / "tls.key")
+    command = ROOT / ".venv" / "bin" / "workspace-sandbox"
+    if not command.exists():
+        command = shutil.which("workspace-sandbox") or command
+    for attempt in range(SERVE_ATTEMPTS):
+        (port,) = _ports(1)
+        address = f"127.0.0.1:{port}"
+        name = f"function-{attempt}"
+        plane.run(name, [command, "serve", "--address", address, "--tls-certs-dir", certs])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and plane.processes[name].poll() is None:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            except OSError:
+                time.sleep(0.2)
+                continue
+            return address
+    raise AssertionError(f"the function did not serve:\n{plane.logs()}")
+
+
+def runtime_ready(
+    plane: ControlPlane, kind: str, package: str, certs: Path, endpoint: str = ""
+) -> None:
+    """Play the package runtime Crossplane defers to (`--package-runtime=External`) for the
+    active revision of `package`, as its Deployment runtime's hooks do: the server certificate
+    the package serves with (`certs`) in the Secret the revision names, that Secret's name and,
+    for a function, where it serves, in the revision's status, and RuntimeHealthy. Nothing else
+    of Crossplane's is played."""
+    api = k8s.CustomObjectsApi(plane.client())
+    plural = f"{kind.lower()}revisions"
+
+    def active() -> dict[str, Any] | None:
+        listing = api.list_cluster_custom_object(
+            "pkg.crossplane.io", "v1", plural, label_selector=f"pkg.crossplane.io/package={package}"
+        )
+        found = [r for r in listing["items"] if r["spec"].get("desiredState") == "Active"]
+        return found[0] if found else None
+
+    revision = until(f"an active {kind} revision of {package}", active, plane)
+    # The name Crossplane gives a package's server Secret; with an external runtime it leaves
+    # the revision's spec without one.
+    secret = revision["spec"].get("tlsServerSecretName") or f"{package}-tls-server"
+    data = {name: _b64((certs / name).read_bytes()) for name in ("tls.crt", "tls.key")}
+    body = k8s.V1Secret(metadata=k8s.V1ObjectMeta(name=secret), data=data)
+    k8s.CoreV1Api(plane.client()).create_namespaced_secret(NAMESPACE, body)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    healthy = {
+        "type": "RuntimeHealthy", "status": "True", "reason": "HealthyPackageRevision",
+        "lastTransitionTime": now, "message": "",
+    }  # fmt: skip
+    conditions = revision.get("status", {}).get("conditions", [])
+    status: dict[str, Any] = {
+        "conditions": [*(c for c in conditions if c["type"] != "RuntimeHealthy"), healthy],
+        "tlsServerSecretName": secret,
+    }
+    if endpoint:
+        status["endpoint"] = endpoint
+    api.patch_cluster_custom_object_status(
+        "pkg.crossplane.io", "v1", plural, revision["metadata"]["name"], {"status": status}
+    )
+
+
+def provider_identity(plane: ControlPlane) -> None:
+    """What a pod's injected identity would give provider-kubernetes, given as a Secret.
+
+    The shipped ClusterProviderConfigs say `InjectedIdentity`: the provider's pod's own
+    ServiceAccount token, read through the in-cluster configuration, which a process outside a
+    pod cannot have. The same account's token (TokenRequest, as the kubelet gets it) goes into a
+    kubeconfig Secret and the configs are pointed at it, so everything the provider does in a
+    sandbox namespace is judged by the shipped RBAC and admission policies as that account's;
+    this is the one change the tier makes to a shipped object.
+    """
+    core = k8s.CoreV1Api(plane.client())
+    namespace = NAMESPACE
+    account = k8s.V1ServiceAccount(metadata=k8s.V1ObjectMeta(name=PROVIDER_ACCOUNT))
+    try:
+        core.create_namespaced_service_account(namespace, account)
+    except k8s.ApiException as err:
+        assert err.status == 409, err
+    request = k8s.AuthenticationV1TokenRequest(spec=k8s.V1TokenRequestSpec(audiences=[]))
+    token = core.create_namespaced_service_account_token(PROVIDER_ACCOUNT, namespace, request)
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "plane", "cluster": {
+            "server": plane.url, "certificate-authority-data": _b64(plane.ca.read_bytes())}}],
+        "users": [{"name": PROVIDER_ACCOUNT, "user": {"token": token.status.token}}],
+        "contexts": [{"name": "plane", "context": {"cluster": "plane", "user": PROVIDER_ACCOUNT}}],
+        "current-context": "plane",
+    }  # fmt: skip
+    secret = k8s.V1Secret(
+        metadata=k8s.V1ObjectMeta(name=CREDENTIALS_SECRET),
+        string_data={"kubeconfig": yaml.safe_dump(config)},
+    )
+    core.create_namespaced_secret(namespace, secret)
+    api = k8s.CustomObjectsApi(plane.client())
+    listing = api.list_cluster_custom_object(
+        "kubernetes.m.crossplane.io", "v1alpha1", "clusterproviderconfigs"
+    )
+    assert listing["items"], "deploy/ installed no ClusterProviderConfig"
+    for config_object in listing["items"]:
+        credentials = {
+            "source": "Secret",
+            "secretRef": {"namespace": namespace, "name": CREDENTIALS_SECRET, "key": "kubeconfig"},
+        }
+        api.patch_cluster_custom_object(
+            "kubernetes.m.crossplane.io", "v1alpha1", "clusterproviderconfigs",
+            config_object["metadata"]["name"], {"spec": {"credentials": credentials}},
+        )  # fmt: skip
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def provider_certs(plane: ControlPlane) -> Path:
+    """The provider's webhook certificate, from the plane's CA."""
+    certs = plane.root / "provider-certs"
+    certs.mkdir()
+    crt, key = issue(plane.root / "pki", "provider-webhook")
+    shutil.copy(crt, certs / "tls.crt")
+    shutil.copy(key, certs / "tls.key")
+    return certs
+
+
+def start_provider(plane: ControlPlane) -> None:
+    """provider-kubernetes v1.2.1 with its webhook's certificate. Its webhook (:9443) and
+    metrics (:8080) addresses are fixed in its main package."""
+    certs = plane.root / "provider-certs"
+    (health,) = _ports(1)
+    plane.run(
+        PROVIDER,
+        [built("provider-kubernetes") / "provider", "--debug",
+         f"--health-probe-bind-addr=127.0.0.1:{health}", "--poll=15s"],
+        {"TLS_SERVER_CERTS_DIR": str(certs)},
+    )  # fmt: skip
+
+
+def start_composing(plane: ControlPlane) -> Composing:
+    crds = install_crds(plane, skip=(PROVIDER_MODULE,))
+    for namespace in PLATFORM_NAMESPACES:
+        kubectl(plane, "create", "namespace", namespace)
+    registry = start_registry(plane)
+    publish(plane, registry)
+    start_crossplane(plane, runtime="External")
+    for config in image_configs(registry):
+        create(plane, config)
+    function = serve_function(plane)
+    # The first sync, as Argo CD's wave 0: the ClusterProviderConfigs wait for the provider's
+    # CRDs (wave 1), so this pass refuses them and applies the rest.
+    first = kubectl(
+        plane, "apply", "--server-side", "--field-manager=argocd-controller",
+        "-k", str(ROOT / "deploy"), check=False,
+    )  # fmt: skip
+    refused = [line for line in first.stderr.splitlines() if "not found" in line]
+    assert refused, first.stderr
+    assert all('kind "ClusterProviderConfig"' in line for line in refused), first.stderr
+    apply(plane, "-k", str(ROOT / "deploy" / "gateway"))
+    wait_xrd(plane)
+    runtime_ready(plane, "Function", FUNCTION, plane.root / "function-certs", function)
+    runtime_ready(plane, "Provider", PROVIDER, provider_certs(plane))
+    until(
+        "provider-kubernetes' CRDs",
+        lambda: (
+            kubectl(
+                plane, "get", "crd", "objects.kubernetes.m.crossplane.io", check=False
+            ).returncode
+            == 0
+        ),
+        plane,
+    )
+    wait_established(
+        plane,
+        ["objects.kubernetes.m.crossplane.io", "clusterproviderconfigs.kubernetes.m.crossplane.io"],
+    )
+    apply(plane, "-k", str(ROOT / "deploy"))
+    # The RBAC manager's grants to Crossplane: the XRD's kind, and the provider's Objects.
+    wait_aggregated(plane, "sandbox.cozystack.io", "workspacesandboxes")
+    wait_aggregated(plane, "kubernetes.m.crossplane.io", "objects")
+    plane.halt(RBAC_MANAGER)
+    provider_identity(plane)
+    start_provider(plane)
+    return Composing(Installed(plane, crds), function)
