@@ -122,7 +122,7 @@ def test_the_sdk_cycle_with_keys_and_the_gateway_s_own_rbac(world: World) -> Non
     assert Sandbox.list(**world.sdk(key=world.keys[TENANT_B])).next_items() == []
     with pytest.raises(SandboxNotFoundException):
         Sandbox.get_info(sandbox_id, **world.sdk(key=world.keys[TENANT_B]))
-    # Crossplane holds its finalizer on every XR, and writes its own spec and status.
+    # Crossplane holds its finalizer on every XR: a kill waits for it (below).
     eventually(
         lambda: (
             CROSSPLANE_FINALIZER
@@ -388,7 +388,8 @@ async def test_the_watch_lists_again_after_a_410(world: World, backend: Kubernet
 
 
 # --- Several replicas: the reaper's Lease, and warm pools. Each test's replicas are the only
-# ones: the module's gateway is stopped first (and hands its Lease over as it stops).
+# ones: the module's gateway is stopped first (and hands its Lease over as it stops), so these
+# tests come last.
 
 
 def holder(world: World) -> str:

@@ -277,6 +277,37 @@ def a_watch_from_a_version_hears_what_came_after(side: Side) -> list[Any]:
     return [[(e["type"], shape(e["object"])) for e in batch] for batch in (events, listed)]
 
 
+def leases_are_written_only_at_the_version_read(side: Side) -> list[Any]:
+    leases = f"/apis/coordination.k8s.io/v1/namespaces/{side.namespaces[0]}/leases"
+    body = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "reaper"},
+        "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15},
+    }
+    code, made = side.call("POST", leases, body)
+    heard: list[Any] = [code, refusal(side.call("POST", leases, body))]
+    moved = {**body, "metadata": {"name": "reaper", "resourceVersion": version(made)}}
+    moved["spec"] = {**body["spec"], "holderIdentity": "b"}
+    code, taken = side.call("PUT", f"{leases}/reaper", moved)
+    heard += [code, taken["spec"]["holderIdentity"]]
+    heard.append(refusal(side.call("PUT", f"{leases}/reaper", moved)))  # at the old version
+    anyway = {**body, "spec": {**body["spec"], "holderIdentity": "c"}}  # no version at all
+    heard.append(refusal(side.call("PUT", f"{leases}/reaper", anyway)))
+    with_version = {**body, "metadata": {"name": "reaper", "resourceVersion": "1"}}
+    heard.append(refusal(side.call("POST", leases, with_version)))
+    return heard
+
+
+def secrets_are_listed_by_their_labels(side: Side) -> list[Any]:
+    secrets = f"/api/v1/namespaces/{side.namespaces[0]}/secrets"
+    for name, labels in (("key-a", {"key": "1"}), ("key-b", {"key": "1"}), ("tls", {})):
+        body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "labels": labels}}
+        assert side.call("POST", secrets, {**body, "data": {"x": "eQ=="}})[0] == 201
+    code, listed = side.call("GET", secrets, query="labelSelector=key")
+    return [code, [o["metadata"]["name"] for o in listed["items"]]]
+
+
 CASES = [
     generation_moves_with_the_spec_only,
     a_stale_resource_version_is_a_conflict,
@@ -286,6 +317,8 @@ CASES = [
     a_delete_with_finalizers_leaves_the_object_until_they_are_gone,
     a_watch_from_before_the_oldest_version_kept_is_gone,
     a_watch_from_a_version_hears_what_came_after,
+    leases_are_written_only_at_the_version_read,
+    secrets_are_listed_by_their_labels,
 ]
 
 

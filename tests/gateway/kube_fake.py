@@ -426,8 +426,8 @@ def leases(
 ) -> Answer:
     """A Lease as the API server keeps it: a write at a stale resourceVersion is a 409.
 
-    A replace without a resourceVersion is unconditional, as the API server allows for Leases.
-    Listing, watching and deleting are not offered: the gateway's RBAC grants none of them.
+    A replace without a resourceVersion is refused 422: the API server allows no unconditional
+    update of a Lease. Listing, watching and deleting are not offered: the gateway's RBAC grants none of them.
     """
     plural, ns, name = key
     if plural != "leases":
@@ -451,9 +451,12 @@ def lease_create(cluster: Cluster, method: str, ns: str, body: Callable[[], Any]
     obj = body()
     metadata = obj.setdefault("metadata", {})
     if metadata.get("resourceVersion"):
-        return status(
-            400, "BadRequest", "resourceVersion should not be set on objects to be created"
+        # The storage layer's refusal, which the API server passes on as it is: a 500, no reason.
+        code, refused = status(
+            500, "", "resourceVersion should not be set on objects to be created"
         )
+        del refused["reason"]
+        return code, refused
     metadata["namespace"] = ns
     key = ("leases", ns, metadata.get("name", ""))
     if key in cluster.objects:
@@ -467,7 +470,13 @@ def lease_replace(cluster: Cluster, key: Key, obj: Any) -> Answer:
     if metadata.get("name") != key[2] or metadata.get("namespace", key[1]) != key[1]:
         return status(400, "BadRequest", "the name of the object does not match the URL")
     wanted = metadata.get("resourceVersion")
-    if wanted and wanted != cluster.objects[key]["metadata"]["resourceVersion"]:
+    if not wanted:
+        message = (
+            f'leases.coordination.k8s.io "{key[2]}" is invalid: metadata.resourceVersion: '
+            "Invalid value: 0: must be specified for an update"
+        )
+        return status(422, "Invalid", message)
+    if wanted != cluster.objects[key]["metadata"]["resourceVersion"]:
         message = f'Operation cannot be fulfilled on leases.coordination.k8s.io "{key[2]}": the object has been modified'
         return status(409, "Conflict", message)
     metadata["namespace"] = key[1]
