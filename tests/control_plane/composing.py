@@ -33,12 +33,7 @@ from typing import Any
 import yaml
 from kubernetes import client as k8s
 
-from tests.control_plane.crossplane import (
-    RBAC_MANAGER,
-    start_crossplane,
-    wait_aggregated,
-    wait_xrd,
-)
+from tests.control_plane.crossplane import XR_RULE, grant, start_crossplane, wait_xrd
 from tests.control_plane.install import (
     PLATFORM_NAMESPACES,
     Installed,
@@ -161,53 +156,81 @@ def runtime_ready(
     )
 
 
-def provider_identity(plane: ControlPlane) -> None:
-    """What a pod's injected identity would give provider-kubernetes, given as a Secret.
+def provider_identity(plane: ControlPlane) -> Path:
+    """What a pod's injected identity would give provider-kubernetes, given as a Secret; the
+    kubeconfig the provider itself runs with, as that same account.
 
     The shipped ClusterProviderConfigs say `InjectedIdentity`: the provider's pod's own
     ServiceAccount token, read through the in-cluster configuration, which a process outside a
     pod cannot have. The same account's token (TokenRequest, as the kubelet gets it) goes into a
-    kubeconfig Secret and the configs are pointed at it, so everything the provider does in a
-    sandbox namespace is judged by the shipped RBAC and admission policies as that account's;
-    this is the one change the tier makes to a shipped object.
+    kubeconfig Secret and the configs are pointed at it, so everything the provider does is
+    judged by the RBAC Crossplane's RBAC manager and `deploy/` grant it and by the shipped
+    admission policies as that account's; this is the one change the tier makes to a shipped
+    object.
     """
-    core = k8s.CoreV1Api(plane.client())
-    namespace = NAMESPACE
-    account = k8s.V1ServiceAccount(metadata=k8s.V1ObjectMeta(name=PROVIDER_ACCOUNT))
-    try:
-        core.create_namespaced_service_account(namespace, account)
-    except k8s.ApiException as err:
-        assert err.status == 409, err
-    request = k8s.AuthenticationV1TokenRequest(spec=k8s.V1TokenRequestSpec(audiences=[]))
-    token = core.create_namespaced_service_account_token(PROVIDER_ACCOUNT, namespace, request)
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "plane", "cluster": {
-            "server": plane.url, "certificate-authority-data": _b64(plane.ca.read_bytes())}}],
-        "users": [{"name": PROVIDER_ACCOUNT, "user": {"token": token.status.token}}],
-        "contexts": [{"name": "plane", "context": {"cluster": "plane", "user": PROVIDER_ACCOUNT}}],
-        "current-context": "plane",
-    }  # fmt: skip
+    kubeconfig = plane.account_kubeconfig(NAMESPACE, PROVIDER_ACCOUNT)
+    config = yaml.safe_load(kubeconfig.read_text())
+    cluster = config["clusters"][0]["cluster"]
+    cluster["certificate-authority-data"] = _b64(
+        Path(cluster.pop("certificate-authority")).read_bytes()
+    )
     secret = k8s.V1Secret(
         metadata=k8s.V1ObjectMeta(name=CREDENTIALS_SECRET),
         string_data={"kubeconfig": yaml.safe_dump(config)},
     )
-    core.create_namespaced_secret(namespace, secret)
+    k8s.CoreV1Api(plane.client()).create_namespaced_secret(NAMESPACE, secret)
     api = k8s.CustomObjectsApi(plane.client())
     listing = api.list_cluster_custom_object(
         "kubernetes.m.crossplane.io", "v1alpha1", "clusterproviderconfigs"
     )
     assert listing["items"], "deploy/ installed no ClusterProviderConfig"
+    credentials = {
+        "source": "Secret",
+        "secretRef": {"namespace": NAMESPACE, "name": CREDENTIALS_SECRET, "key": "kubeconfig"},
+    }
     for config_object in listing["items"]:
-        credentials = {
-            "source": "Secret",
-            "secretRef": {"namespace": namespace, "name": CREDENTIALS_SECRET, "key": "kubeconfig"},
-        }
         api.patch_cluster_custom_object(
             "kubernetes.m.crossplane.io", "v1alpha1", "clusterproviderconfigs",
             config_object["metadata"]["name"], {"spec": {"credentials": credentials}},
         )  # fmt: skip
+    return kubeconfig
+
+
+def runtime_deployment(plane: ControlPlane, package: str, account: str) -> None:
+    """The ServiceAccount and the Deployment the Deployment runtime makes for a provider's
+    active revision, owned by it: nothing runs its pod (the process beside the plane stands in
+    for it), but Crossplane's RBAC manager binds the provider's roles to the account the
+    Deployment names, as in a cluster."""
+    api = k8s.CustomObjectsApi(plane.client())
+    revisions = api.list_cluster_custom_object(
+        "pkg.crossplane.io", "v1", "providerrevisions",
+        label_selector=f"pkg.crossplane.io/package={package}",
+    )["items"]  # fmt: skip
+    (revision,) = [r for r in revisions if r["spec"].get("desiredState") == "Active"]
+    owner = {
+        "apiVersion": "pkg.crossplane.io/v1", "kind": "ProviderRevision",
+        "name": revision["metadata"]["name"], "uid": revision["metadata"]["uid"],
+        "controller": True, "blockOwnerDeletion": True,
+    }  # fmt: skip
+    core = k8s.CoreV1Api(plane.client())
+    body = {"metadata": {"name": account, "ownerReferences": [owner]}}
+    core.create_namespaced_service_account(NAMESPACE, body)
+    labels = {"pkg.crossplane.io/revision": revision["metadata"]["name"]}
+    deployment = {
+        "metadata": {"name": package, "ownerReferences": [owner]},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": account,
+                    "containers": [{"name": "package-runtime", "image": revision["spec"]["image"]}],
+                },
+            },
+        },
+    }
+    k8s.AppsV1Api(plane.client()).create_namespaced_deployment(NAMESPACE, deployment)
 
 
 def _b64(data: bytes) -> str:
@@ -224,7 +247,7 @@ def provider_certs(plane: ControlPlane) -> Path:
     return certs
 
 
-def start_provider(plane: ControlPlane) -> None:
+def start_provider(plane: ControlPlane, kubeconfig: Path) -> None:
     """provider-kubernetes v1.2.1 with its webhook's certificate. Its webhook (:9443) and
     metrics (:8080) addresses are fixed in its main package."""
     certs = plane.root / "provider-certs"
@@ -233,7 +256,7 @@ def start_provider(plane: ControlPlane) -> None:
         PROVIDER,
         [built("provider-kubernetes") / "provider", "--debug",
          f"--health-probe-bind-addr=127.0.0.1:{health}", "--poll=15s"],
-        {"TLS_SERVER_CERTS_DIR": str(certs)},
+        {"TLS_SERVER_CERTS_DIR": str(certs), "KUBECONFIG": str(kubeconfig)},
     )  # fmt: skip
 
 
@@ -257,7 +280,6 @@ def start_composing(plane: ControlPlane) -> Composing:
     assert refused, first.stderr
     assert all('kind "ClusterProviderConfig"' in line for line in refused), first.stderr
     apply(plane, "-k", str(ROOT / "deploy" / "gateway"))
-    wait_xrd(plane)
     runtime_ready(plane, "Function", FUNCTION, plane.root / "function-certs", function)
     runtime_ready(plane, "Provider", PROVIDER, provider_certs(plane))
     until(
@@ -276,9 +298,8 @@ def start_composing(plane: ControlPlane) -> Composing:
     )
     apply(plane, "-k", str(ROOT / "deploy"))
     # The RBAC manager's grants to Crossplane: the XRD's kind, and the provider's Objects.
-    wait_aggregated(plane, "sandbox.cozystack.io", "workspacesandboxes")
-    wait_aggregated(plane, "kubernetes.m.crossplane.io", "objects")
-    plane.halt(RBAC_MANAGER)
-    provider_identity(plane)
-    start_provider(plane)
+    runtime_deployment(plane, PROVIDER, PROVIDER_ACCOUNT)
+    grant(plane, XR_RULE, ("kubernetes.m.crossplane.io", "objects"), bound=PROVIDER_ACCOUNT)
+    wait_xrd(plane)
+    start_provider(plane, provider_identity(plane))
     return Composing(Installed(plane, crds), function)

@@ -22,8 +22,7 @@ ACCOUNT = "crossplane"
 ESTABLISHED_SECONDS = 60
 AGGREGATED_SECONDS = 60
 RBAC_MANAGER = "crossplane-rbac-manager"
-"""Its metrics address is controller-runtime's default, :8080, which no flag changes, the
-same as provider-kubernetes': `composing.py` stops it once its roles exist."""
+XR_RULE = ("sandbox.cozystack.io", "workspacesandboxes")
 CHART_SECRETS = {
     "POD_NAMESPACE": NAMESPACE,
     "POD_SERVICE_ACCOUNT": ACCOUNT,
@@ -84,18 +83,33 @@ def install_identity(plane: ControlPlane) -> None:
     apply(plane, "-f", str(manifests))
 
 
-def start_crossplane(plane: ControlPlane, *, runtime: str = "") -> None:
-    """The chart's identity, `crossplane rbac start` (its RBAC manager, as the administrator),
-    `crossplane core init` (the chart's init container: the core CRDs, the package lock, the
-    default runtime config and activation policy) and `crossplane core start` as Crossplane's
-    account, with the package runtime `runtime` if given."""
-    install_identity(plane)
+def grant(plane: ControlPlane, *rules: tuple[str, str], bound: str = "") -> None:
+    """Run Crossplane's RBAC manager (`crossplane rbac start`, as the administrator) until
+    Crossplane's role has each (group, resource) of `rules` (the XRDs' kinds and the providers'
+    that it grants) and, with `bound`, a provider's roles are bound to that ServiceAccount. It then stops: its metrics address is controller-runtime's default :8080,
+    which no flag changes, and provider-kubernetes' is the same."""
     binary = built("crossplane") / "crossplane"
     plane.run(
         RBAC_MANAGER,
         [binary, "rbac", "start", f"--provider-clusterrole={ACCOUNT}:allowed-provider-permissions"],
         CHART_SECRETS,
-    )  # fmt: skip
+    )
+    try:
+        for group, resource in rules:
+            wait_aggregated(plane, group, resource)
+        if bound:
+            wait_bound(plane, bound)
+    finally:
+        plane.halt(RBAC_MANAGER)
+
+
+def start_crossplane(plane: ControlPlane, *, runtime: str = "") -> None:
+    """The chart's identity, `crossplane core init` (the chart's init container: the core CRDs, the package lock, the
+    default runtime config and activation policy) and `crossplane core start` as Crossplane's
+    account, with the package runtime `runtime` if given. What the RBAC manager grants is
+    granted by `grant` once the kinds exist."""
+    install_identity(plane)
+    binary = built("crossplane") / "crossplane"
     own = plane.account_kubeconfig(NAMESPACE, ACCOUNT)
     wait_aggregated(plane)
     pki = plane.root / "pki"
@@ -144,6 +158,20 @@ def wait_aggregated(plane: ControlPlane, group: str = "", resource: str = "") ->
             return
         time.sleep(0.2)
     raise AssertionError(f"Crossplane's ClusterRole lacks {group}/{resource}\n{plane.logs()}")
+
+
+def wait_bound(plane: ControlPlane, account: str) -> None:
+    deadline = time.monotonic() + AGGREGATED_SECONDS
+    subject = {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
+    while time.monotonic() < deadline:
+        _, listing = plane.request("GET", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings")
+        for binding in listing.get("items", []):
+            if binding["metadata"]["name"].startswith("crossplane:provider:") and subject in (
+                binding.get("subjects") or []
+            ):
+                return
+        time.sleep(0.2)
+    raise AssertionError(f"no provider roles bound to {account}\n{plane.logs()}")
 
 
 def wait_xrd(plane: ControlPlane) -> None:

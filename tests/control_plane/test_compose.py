@@ -46,6 +46,15 @@ def wait(what: str, check: Callable[[], Any], plane: ControlPlane) -> Any:
     raise AssertionError(f"timed out waiting for {what}\n{plane.logs(60)}")
 
 
+def wait_or_none(check: Callable[[], bool]) -> bool:
+    deadline = time.monotonic() + COMPOSE_SECONDS
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.5)
+    return False
+
+
 def custom(plane: ControlPlane) -> k8s.CustomObjectsApi:
     return k8s.CustomObjectsApi(plane.client())
 
@@ -214,19 +223,29 @@ def test_each_preset_composes_what_the_function_renders(submitted: Composing, pr
     plane = composing.plane
     ns = f"tenant-{preset}"
 
-    def synced() -> dict[str, Any] | None:
+    last: dict[str, Any] = {}
+
+    def synced() -> bool:
+        # Converged: Synced, and every object the function asks for stored as it asks, once
+        # the function has seen what the server and the provider report back.
         xr = get_xr(plane, ns, "alice-api")
         objects = composed(composing, xr)
         want = desired(xr, objects)
+        last["absent"] = sorted(set(want) - set(objects))
+        last["differences"] = {
+            key: diff
+            for key, m in want.items()
+            if key in objects and (diff := missing(m, objects[key]))
+        }
+        last["synced"] = condition(xr, "Synced")
         return (
-            (xr, objects, want)
-            if condition(xr, "Synced").get("status") == "True" and set(want) <= set(objects)
-            else None
+            last["synced"].get("status") == "True"
+            and not last["absent"]
+            and not last["differences"]
         )
 
-    _, objects, want = wait(f"{preset}: every composed object", synced, plane)
-    differences = {key: missing(m, objects[key]) for key, m in want.items()}
-    assert {k: v for k, v in differences.items() if v} == {}
+    converged = wait_or_none(synced)
+    assert converged, f"{preset} never converged: {last}\n{plane.logs(30)}"
 
     def ready() -> dict[str, Any] | None:
         xr = get_xr(plane, ns, "alice-api")
