@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from tests.control_plane.composing import Composing, start_composing
-from tests.control_plane.crossplane import start_crossplane, wait_xrd
+from tests.control_plane.crossplane import XR_RULE, grant, start_crossplane, wait_xrd
 from tests.control_plane.install import Installed, install, install_crds
 from tests.control_plane.server import CONTROLLERS, ControlPlane, control_plane
 
@@ -38,14 +38,16 @@ def bare(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
 def crossplane(installed: Installed) -> Installed:
     """The install with Crossplane core running: the XRD served as a CRD."""
     start_crossplane(installed.plane)
+    grant(installed.plane, XR_RULE)
     wait_xrd(installed.plane)
     return installed
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def composing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Composing]:
     """A plane of its own where Crossplane composes with the real function: the function and
-    provider-kubernetes installed by Crossplane's package manager and running beside it."""
+    provider-kubernetes installed by Crossplane's package manager and running beside it. Torn
+    down after its module: provider-kubernetes holds :8080 while it runs (`crossplane.grant`)."""
     root: Path = tmp_path_factory.mktemp("composing")
     with control_plane(root) as started:
         yield start_composing(started)
