@@ -5,10 +5,13 @@ webhooks (nothing can reach a webhook server here; the Usages' admission is what
 add), and a client certificate from the plane's CA for the mutual TLS it speaks to functions.
 """
 
+import base64
 import re
 import shutil
+import socket
 import subprocess
 import time
+from collections.abc import Sequence
 
 import yaml
 
@@ -33,6 +36,11 @@ CHART_SECRETS = {
 """The chart's environment for the initializer (the Secrets it fills). Crossplane here speaks
 to functions with a certificate from the plane's CA instead, which the function's server
 certificate shares: the trust a cluster sets up with Crossplane's own CA."""
+CHART_WEBHOOKS = {
+    "WEBHOOK_SERVICE_NAME": "crossplane-webhooks",
+    "WEBHOOK_SERVICE_NAMESPACE": NAMESPACE,
+    "WEBHOOK_SERVICE_PORT": "9443",
+}
 CHART_TEMPLATES = (
     "serviceaccount.yaml",
     "clusterrole.yaml",
@@ -103,11 +111,15 @@ def grant(plane: ControlPlane, *rules: tuple[str, str], bound: str = "") -> None
         plane.halt(RBAC_MANAGER)
 
 
-def start_crossplane(plane: ControlPlane, *, runtime: str = "") -> None:
+def start_crossplane(
+    plane: ControlPlane, *, runtime: str = "", webhooks: bool = False, args: Sequence[str] = ()
+) -> None:
     """The chart's identity, `crossplane core init` (the chart's init container: the core CRDs, the package lock, the
     default runtime config and activation policy) and `crossplane core start` as Crossplane's
     account, with the package runtime `runtime` if given. What the RBAC manager grants is
-    granted by `grant` once the kinds exist."""
+    granted by `grant` once the kinds exist. With `webhooks`, Crossplane's webhook server and
+    its Usage controllers run, and the API server reaches the webhook (`serve_webhooks`).
+    `args` go to `core start` after the chart's (as the chart's `args` value adds them)."""
     install_identity(plane)
     binary = built("crossplane") / "crossplane"
     own = plane.account_kubeconfig(NAMESPACE, ACCOUNT)
@@ -120,10 +132,13 @@ def start_crossplane(plane: ControlPlane, *, runtime: str = "") -> None:
     shutil.copy(crt, certs / "tls.crt")
     shutil.copy(key, certs / "tls.key")
     crds = source(MODULE) / "cluster" / "crds"
+    enabled = f"--webhook-enabled={'true' if webhooks else 'false'}"
     init = subprocess.run(
-        [str(binary), "core", "init", "--webhook-enabled=false", "--activation=*"],
+        [str(binary), "core", "init", enabled, "--activation=*"],
         # Its flag for the CRDs' folder is spelled --cr-ds-path; the chart sets the variable.
-        env={"KUBECONFIG": str(own), "CRDS_PATH": str(crds), **CHART_SECRETS},
+        env={"KUBECONFIG": str(own), "CRDS_PATH": str(crds),
+             "WEBHOOK_CONFIGS_PATH": str(source(MODULE) / "cluster" / "webhookconfigurations"),
+             **CHART_SECRETS, **CHART_WEBHOOKS},
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert init.returncode == 0, init.stderr[-3000:]
@@ -132,14 +147,60 @@ def start_crossplane(plane: ControlPlane, *, runtime: str = "") -> None:
     (plane.root / "xpkg").mkdir()
     metrics, health = _ports(2)
     argv: list[object] = [
-        binary, "core", "start", "--webhook-enabled=false", f"--namespace={NAMESPACE}",
+        binary, "core", "start", enabled, f"--namespace={NAMESPACE}",
         f"--cache-dir={plane.root / 'xpkg'}",
         f"--metrics-port={metrics}", f"--health-probe-port={health}",
     ]  # fmt: skip
     if runtime:
         argv.append(f"--package-runtime={runtime}")
+    argv += args
     env = {"KUBECONFIG": str(own), "TLS_CLIENT_CERTS_DIR": str(certs), **CHART_SECRETS}
+    if webhooks:
+        port = serve_webhooks(plane)
+        argv.append(f"--webhook-port={port}")
+        env["TLS_SERVER_CERTS_DIR"] = str(plane.root / "crossplane-webhook")
     plane.run("crossplane", argv, env)
+    if webhooks:
+        wait_serving(plane, port)
+
+
+def serve_webhooks(plane: ControlPlane) -> int:
+    """Where Crossplane's webhook will serve, and the API server sent there.
+
+    `core init` writes Crossplane's ValidatingWebhookConfiguration (the Usages' guard against
+    deleting what is in use) for the chart's Service, whose ClusterIP nothing routes here; the
+    configuration is pointed at the process's loopback address instead, with a serving
+    certificate from the plane's CA. The one change the tier makes to what Crossplane writes."""
+    certs = plane.root / "crossplane-webhook"
+    certs.mkdir()
+    crt, key = issue(plane.root / "pki", "crossplane-webhook")
+    shutil.copy(crt, certs / "tls.crt")
+    shutil.copy(key, certs / "tls.key")
+    (port,) = _ports(1)
+    bundle = base64.b64encode(plane.ca.read_bytes()).decode()
+    path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+    status, listing = plane.request("GET", path)
+    assert status == 200, listing
+    ours = [c for c in listing["items"] if c["metadata"]["name"].startswith("crossplane")]
+    assert ours, "core init wrote no webhook configuration"
+    for config in ours:
+        for hook in config["webhooks"]:
+            where = hook["clientConfig"]["service"].get("path", "")
+            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{where}", "caBundle": bundle}
+        status, answer = plane.request("PUT", f"{path}/{config['metadata']['name']}", config)
+        assert status == 200, answer
+    return port
+
+
+def wait_serving(plane: ControlPlane, port: int) -> None:
+    deadline = time.monotonic() + AGGREGATED_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"Crossplane's webhook never served on {port}\n{plane.logs()}")
 
 
 def wait_aggregated(plane: ControlPlane, group: str = "", resource: str = "") -> None:

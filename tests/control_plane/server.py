@@ -49,10 +49,12 @@ CONTROLLERS = (
     "clusterrole-aggregation-controller",
     "root-ca-certificate-publisher-controller",
     "validatingadmissionpolicy-status-controller",
+    "persistentvolumeclaim-protection-controller",
 )
 """What a cluster does on its own that the product relies on: namespaces deleted with their
 contents, owner references followed, `default` accounts, Cozystack's aggregated tenant roles,
-the CA bundle in each namespace, the admission policies' type checks."""
+the CA bundle in each namespace, the admission policies' type checks, and claims' protection
+finalizer removed once no pod uses them (without it no claim is ever deleted)."""
 START_ATTEMPTS = 4
 """Ports are chosen free and then bound by another process: a start that lost the race is
 tried again on new ports, this many times at most."""

@@ -298,3 +298,55 @@ def test_suspend_resume_and_snapshots(submitted: Composing, preset: str) -> None
     change(submitted, ns, {"power": "Running"})
     xr = converge(submitted, ns, "Running")
     assert [s["name"] for s in xr["status"]["snapshots"]] == ["before-refactor"]
+
+
+USED = ("cilium-policy", "network-policy", "sandbox-namespace")
+"""What the isolated presets' Usages keep while the workload's Object exists."""
+
+
+@pytest.mark.parametrize("preset", ["isolated", "isolated-kata"])
+def test_deletion_keeps_the_policies_and_namespace_until_the_workload_is_gone(
+    submitted: Composing, preset: str
+) -> None:
+    """Deleting the XR deletes what it composed; Crossplane's Usages (its webhook and usage
+    controllers) hold the sandbox namespace and both policies until the workload's Object is
+    gone (docs/platform-guide.md), and the provider then empties and deletes the namespace."""
+    plane = submitted.plane
+    ns = f"tenant-{preset}"
+    xr = converge(submitted, ns, "Running")
+    objects = composed(submitted, xr)
+    assert {o["kind"] for o in objects.values()} >= {"Usage"}, sorted(objects)
+    workload = next(
+        k for k, o in objects.items() if o["kind"] == "Object" and k in {"vm", "sandbox"}
+    )
+    inner_namespace = objects["sandbox-namespace"]["spec"]["forProvider"]["manifest"]["metadata"][
+        "name"
+    ]
+    custom(plane).delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "alice-api")
+    marked: dict[str, float] = {}
+    gone: dict[str, float] = {}
+    deadline = time.monotonic() + COMPOSE_SECONDS
+    while time.monotonic() < deadline and len(gone) < len(objects):
+        now = time.monotonic()
+        for key, obj in objects.items():
+            if key in gone:
+                continue
+            served = resources(plane)
+            plural, _ = served[obj["apiVersion"].rpartition("/")[0], obj["kind"]]
+            code, got = plane.request(
+                "GET", api_path(obj["apiVersion"], plural, ns, obj["metadata"]["name"])
+            )
+            if code == 404:
+                gone[key] = now
+                marked.setdefault(key, now)
+            elif got["metadata"].get("deletionTimestamp"):
+                marked.setdefault(key, now)
+        time.sleep(0.1)
+    assert set(gone) == set(objects), f"left: {sorted(set(objects) - set(gone))}\n{plane.logs(30)}"
+    for key in USED:
+        assert marked[key] >= gone[workload], (key, marked[key] - gone[workload])
+    wait(
+        f"{inner_namespace} deleted",
+        lambda: plane.request("GET", f"/api/v1/namespaces/{inner_namespace}")[0] == 404,
+        plane,
+    )
