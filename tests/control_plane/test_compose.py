@@ -19,7 +19,7 @@ from kubernetes import client as k8s
 from function.model import parse
 from function.model.spec import WorkspaceSandbox
 from function.render import render
-from tests.cluster import settled
+from tests.cluster import seen, settled
 from tests.control_plane.composing import Composing
 from tests.control_plane.server import ControlPlane
 from tests.support import platform
@@ -298,6 +298,40 @@ def test_suspend_resume_and_snapshots(submitted: Composing, preset: str) -> None
     change(submitted, ns, {"power": "Running"})
     xr = converge(submitted, ns, "Running")
     assert [s["name"] for s in xr["status"]["snapshots"]] == ["before-refactor"]
+
+
+@pytest.mark.parametrize("preset", ["isolated", "isolated-kata"])
+def test_the_simulated_provider_reports_objects_as_the_real_one(
+    submitted: Composing, preset: str
+) -> None:
+    """tests/cluster.py's `seen` (what tests/plane/provider.py and the plane tests observe)
+    against provider-kubernetes v1.2.1 itself: for every Object of a running isolated sandbox,
+    the Ready verdict of the Object's readiness query (cel-python there, the provider's CEL
+    here) and the wrapped object it reports under `status.atProvider.manifest`."""
+    plane = submitted.plane
+    xr = converge(submitted, f"tenant-{preset}", "Running")
+    served = resources(plane)
+    compared = 0
+    for key, obj in composed(submitted, xr).items():
+        if obj["kind"] != "Object":
+            continue
+        inner = obj["spec"]["forProvider"]["manifest"]
+        plural, namespaced = served[inner["apiVersion"].rpartition("/")[0], inner["kind"]]
+        where = inner["metadata"].get("namespace", "") if namespaced else ""
+        code, placed = plane.request(
+            "GET", api_path(inner["apiVersion"], plural, where, inner["metadata"]["name"])
+        )
+        assert code == 200, (key, placed)
+        simulated = seen({k: v for k, v in obj.items() if k != "status"}, placed.get("status"))
+        real = obj["status"]
+        assert condition(simulated, "Ready")["status"] == condition(obj, "Ready")["status"], key
+        reported = real["atProvider"]["manifest"]
+        wrapped = simulated["status"]["atProvider"]["manifest"]
+        # The server's defaults (a Namespace's finalizers, a claim's volumeMode) come on top.
+        assert missing(wrapped.get("spec") or {}, reported.get("spec") or {}) == [], key
+        assert reported.get("status") == placed.get("status"), key
+        compared += 1
+    assert compared >= 8, compared
 
 
 USED = ("cilium-policy", "network-policy", "sandbox-namespace")
