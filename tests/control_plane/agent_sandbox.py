@@ -52,16 +52,7 @@ def _identity(plane: ControlPlane) -> Path:
     manifests = plane.root / "agent-sandbox-identity.yaml"
     manifests.write_text(yaml.safe_dump_all(docs))
     apply(plane, "-f", str(manifests))
-    path = f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/{ACCOUNT}/token"
-    body = {"spec": {"expirationSeconds": TOKEN_SECONDS}}
-    status, answer = plane.request("POST", path, body)
-    assert status == 201, answer
-    config = yaml.safe_load(plane.kubeconfig.read_text())
-    config["users"] = [{"name": ACCOUNT, "user": {"token": answer["status"]["token"]}}]
-    config["contexts"][0]["context"]["user"] = ACCOUNT
-    kubeconfig = plane.root / "agent-sandbox.kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump(config))
-    return kubeconfig
+    return plane.account_kubeconfig(NAMESPACE, ACCOUNT, TOKEN_SECONDS)
 
 
 def argv(metrics: int, health: int) -> list[str]:
