@@ -22,8 +22,7 @@ The route (docs/development.md, "The control-plane tier"):
 """
 
 import base64
-import shutil
-import socket
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,7 +42,7 @@ from tests.control_plane.install import (
     wait_established,
 )
 from tests.control_plane.packages import PROVIDER_MODULE, image_configs, publish, start_registry
-from tests.control_plane.server import ControlPlane, _ports, built, issue
+from tests.control_plane.server import ControlPlane, _ports, built, listening_port, poll
 from tests.support import ROOT
 
 FUNCTION = "function-workspace-sandbox"
@@ -54,7 +53,7 @@ CREDENTIALS_SECRET = "provider-kubernetes-identity"  # noqa: S105  # a Secret's 
 NAMESPACE = "crossplane-system"
 SETTLE_SECONDS = 120.0
 """A package pulled, parsed and its revision active; CRDs established; measured in seconds."""
-SERVE_ATTEMPTS = 4
+SERVE_SECONDS = 30.0
 CROSSPLANE_ARGS = ("--circuit-breaker-burst=500",)
 """What docs/platform-guide.md asks of Crossplane for staged placements: with v2.3's default
 burst (100 watch events), an isolated sandbox's creation opens its XR's watch circuit and
@@ -74,13 +73,9 @@ class Composing:
 
 def until(what: str, check: Any, plane: ControlPlane, seconds: float = SETTLE_SECONDS) -> Any:
     """Poll `check()` until it returns something truthy, at most `seconds`."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}\n{plane.logs()}")
+    got = poll(check, seconds, interval=0.5)
+    assert got, f"timed out waiting for {what}\n{plane.logs()}"
+    return got
 
 
 def create(plane: ControlPlane, obj: Mapping[str, Any]) -> None:
@@ -91,31 +86,18 @@ def create(plane: ControlPlane, obj: Mapping[str, Any]) -> None:
 
 
 def serve_function(plane: ControlPlane) -> str:
-    """`workspace-sandbox serve` with mTLS on a free loopback port: its address."""
-    pki = plane.root / "pki"
-    certs = plane.root / "function-certs"
-    certs.mkdir()
-    crt, key = issue(pki, "function-server")
-    shutil.copy(pki / "ca.crt", certs / "ca.crt")
-    shutil.copy(crt, certs / "tls.crt")
-    shutil.copy(key, certs / "tls.key")
-    command = ROOT / ".venv" / "bin" / "workspace-sandbox"
-    if not command.exists():
-        command = shutil.which("workspace-sandbox") or command
-    for attempt in range(SERVE_ATTEMPTS):
-        (port,) = _ports(1)
-        address = f"127.0.0.1:{port}"
-        name = f"function-{attempt}"
-        plane.run(name, [command, "serve", "--address", address, "--tls-certs-dir", certs])
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and plane.processes[name].poll() is None:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            except OSError:
-                time.sleep(0.2)
-                continue
-            return address
-    raise AssertionError(f"the function did not serve:\n{plane.logs()}")
+    """`workspace-sandbox serve` with mTLS on a loopback port the kernel picks: its address."""
+    certs = plane.certificates("function-certs")
+    command = Path(sys.executable).with_name("workspace-sandbox")
+    plane.run(FUNCTION, [command, "serve", "--address", "127.0.0.1:0", "--tls-certs-dir", certs])
+    process = plane.processes[FUNCTION]
+    port = until(
+        "the function to listen",
+        lambda: process.poll() is None and listening_port(process.pid),
+        plane,
+        SERVE_SECONDS,
+    )
+    return f"127.0.0.1:{port}"
 
 
 def runtime_ready(
@@ -243,12 +225,7 @@ def _b64(data: bytes) -> str:
 
 def provider_certs(plane: ControlPlane) -> Path:
     """The provider's webhook certificate, from the plane's CA."""
-    certs = plane.root / "provider-certs"
-    certs.mkdir()
-    crt, key = issue(plane.root / "pki", "provider-webhook")
-    shutil.copy(crt, certs / "tls.crt")
-    shutil.copy(key, certs / "tls.key")
-    return certs
+    return plane.certificates("provider-certs")
 
 
 def start_provider(plane: ControlPlane, kubeconfig: Path) -> None:

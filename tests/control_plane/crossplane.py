@@ -7,16 +7,14 @@ add), and a client certificate from the plane's CA for the mutual TLS it speaks 
 
 import base64
 import re
-import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Sequence
 
 import yaml
 
 from tests.control_plane.install import apply, kubectl
-from tests.control_plane.server import ControlPlane, _ports, built, issue, source
+from tests.control_plane.server import ControlPlane, _ports, built, poll, source
 
 MODULE = "github.com/crossplane/crossplane/v2"
 XRD = "workspacesandboxes.sandbox.cozystack.io"
@@ -25,6 +23,7 @@ ACCOUNT = "crossplane"
 ESTABLISHED_SECONDS = 60
 AGGREGATED_SECONDS = 60
 RBAC_MANAGER = "crossplane-rbac-manager"
+WEBHOOK_CERTS = "crossplane-webhook"
 XR_RULE = ("sandbox.cozystack.io", "workspacesandboxes")
 CHART_SECRETS = {
     "POD_NAMESPACE": NAMESPACE,
@@ -124,13 +123,7 @@ def start_crossplane(
     binary = built("crossplane") / "crossplane"
     own = plane.account_kubeconfig(NAMESPACE, ACCOUNT)
     wait_aggregated(plane)
-    pki = plane.root / "pki"
-    certs = plane.root / "crossplane-client"
-    certs.mkdir()
-    crt, key = issue(pki, "crossplane-client", client=True)
-    shutil.copy(pki / "ca.crt", certs / "ca.crt")
-    shutil.copy(crt, certs / "tls.crt")
-    shutil.copy(key, certs / "tls.key")
+    certs = plane.certificates("crossplane-client", client=True)
     crds = source(MODULE) / "cluster" / "crds"
     enabled = f"--webhook-enabled={'true' if webhooks else 'false'}"
     init = subprocess.run(
@@ -158,7 +151,7 @@ def start_crossplane(
     if webhooks:
         port = serve_webhooks(plane)
         argv.append(f"--webhook-port={port}")
-        env["TLS_SERVER_CERTS_DIR"] = str(plane.root / "crossplane-webhook")
+        env["TLS_SERVER_CERTS_DIR"] = str(plane.root / WEBHOOK_CERTS)
     plane.run("crossplane", argv, env)
     if webhooks:
         wait_serving(plane, port)
@@ -171,11 +164,7 @@ def serve_webhooks(plane: ControlPlane) -> int:
     deleting what is in use) for the chart's Service, whose ClusterIP nothing routes here; the
     configuration is pointed at the process's loopback address instead, with a serving
     certificate from the plane's CA. The one change the tier makes to what Crossplane writes."""
-    certs = plane.root / "crossplane-webhook"
-    certs.mkdir()
-    crt, key = issue(plane.root / "pki", "crossplane-webhook")
-    shutil.copy(crt, certs / "tls.crt")
-    shutil.copy(key, certs / "tls.key")
+    plane.certificates(WEBHOOK_CERTS)
     (port,) = _ports(1)
     bundle = base64.b64encode(plane.ca.read_bytes()).decode()
     path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
@@ -193,46 +182,50 @@ def serve_webhooks(plane: ControlPlane) -> int:
 
 
 def wait_serving(plane: ControlPlane, port: int) -> None:
-    deadline = time.monotonic() + AGGREGATED_SECONDS
-    while time.monotonic() < deadline:
+    def serving() -> bool:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
         except OSError:
-            time.sleep(0.2)
-    raise AssertionError(f"Crossplane's webhook never served on {port}\n{plane.logs()}")
+            return False
+        return True
+
+    assert poll(serving, AGGREGATED_SECONDS), (
+        f"Crossplane's webhook never served on {port}\n{plane.logs()}"
+    )
 
 
 def wait_aggregated(plane: ControlPlane, group: str = "", resource: str = "") -> None:
     """Crossplane's ClusterRole filled by the aggregation controller: with the chart's rules,
     or with a rule for `resource` in `group` (one the RBAC manager grants)."""
-    deadline = time.monotonic() + AGGREGATED_SECONDS
     path = f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{ACCOUNT}"
-    while time.monotonic() < deadline:
+
+    def filled() -> bool:
         status, role = plane.request("GET", path)
-        rules = role.get("rules") or [] if status == 200 else []
-        if rules and not resource:
-            return
-        if any(
+        rules = (role.get("rules") or []) if status == 200 else []
+        if not resource:
+            return bool(rules)
+        return any(
             group in r.get("apiGroups", []) and resource in r.get("resources", []) for r in rules
-        ):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"Crossplane's ClusterRole lacks {group}/{resource}\n{plane.logs()}")
+        )
+
+    assert poll(filled, AGGREGATED_SECONDS), (
+        f"Crossplane's ClusterRole lacks {group}/{resource}\n{plane.logs()}"
+    )
 
 
 def wait_bound(plane: ControlPlane, account: str) -> None:
-    deadline = time.monotonic() + AGGREGATED_SECONDS
+    """A provider's roles bound by the RBAC manager to `account`."""
     subject = {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
-    while time.monotonic() < deadline:
+
+    def bound() -> bool:
         _, listing = plane.request("GET", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings")
-        for binding in listing.get("items", []):
-            if binding["metadata"]["name"].startswith("crossplane:provider:") and subject in (
-                binding.get("subjects") or []
-            ):
-                return
-        time.sleep(0.2)
-    raise AssertionError(f"no provider roles bound to {account}\n{plane.logs()}")
+        return any(
+            b["metadata"]["name"].startswith("crossplane:provider:")
+            and subject in (b.get("subjects") or [])
+            for b in listing.get("items", [])
+        )
+
+    assert poll(bound, AGGREGATED_SECONDS), f"no provider roles bound to {account}\n{plane.logs()}"
 
 
 def wait_xrd(plane: ControlPlane) -> None:

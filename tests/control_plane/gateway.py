@@ -59,24 +59,9 @@ def token(plane: ControlPlane, namespace: str, account: str, audience: str = "")
     return str(made.status.token)
 
 
-def account_kubeconfig(plane: ControlPlane, folder: Path) -> Path:
+def account_kubeconfig(plane: ControlPlane) -> Path:
     """A kubeconfig for the gateway's own ServiceAccount: what its pod's token gives it."""
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "test",
-                "cluster": {"server": plane.url, "certificate-authority": str(plane.ca)},
-            }
-        ],
-        "users": [{"name": ACCOUNT, "user": {"token": token(plane, GATEWAY_NAMESPACE, ACCOUNT)}}],
-        "contexts": [{"name": "test", "context": {"cluster": "test", "user": ACCOUNT}}],
-        "current-context": "test",
-    }
-    path = folder / "gateway.kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    return plane.account_kubeconfig(GATEWAY_NAMESPACE, ACCOUNT, TOKEN_SECONDS)
 
 
 def namespace(plane: ControlPlane, name: str) -> str:

@@ -10,7 +10,6 @@ temporary folder; nothing of Crossplane's is kept in this repository.
 """
 
 import contextlib
-import re
 import subprocess
 import sys
 import time
@@ -32,7 +31,7 @@ from google.protobuf import (
 from google.protobuf.message import Message
 from grpc_tools import protoc
 
-from tests.control_plane.server import source
+from tests.control_plane.server import listening_port, source
 from tests.support import wait_until_serving
 
 CROSSPLANE = "github.com/crossplane/crossplane/v2"
@@ -79,28 +78,6 @@ def messages(tmp: Path) -> Messages:
     return Messages(of("RenderRequest"), of("RenderResponse"))
 
 
-LOOPBACK = ("0100007F", "0000000000000000FFFF00000100007F")
-"""127.0.0.1 as /proc/net/tcp and /proc/net/tcp6 write it; gRPC listens on an IPv6 socket with
-the IPv4-mapped address."""
-
-
-def _listening_port(pid: int) -> int | None:
-    """The loopback TCP port process `pid` listens on, read from /proc: its socket descriptors'
-    inodes, matched with the LISTEN rows (state 0A) of /proc/net/tcp and tcp6."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        with contextlib.suppress(OSError):
-            if m := re.fullmatch(r"socket:\[(\d+)\]", str(fd.readlink())):
-                inodes.add(m[1])
-    for table in ("tcp", "tcp6"):
-        for row in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
-            cols = row.split()
-            (address, port), state, inode = cols[1].split(":"), cols[3], cols[9]
-            if state == "0A" and inode in inodes and address in LOOPBACK:
-                return int(port, 16)
-    return None
-
-
 @contextlib.contextmanager
 def served() -> Iterator[str]:
     """`workspace-sandbox serve --insecure` on a port the kernel picks (port 0, read back from
@@ -112,7 +89,7 @@ def served() -> Iterator[str]:
     )
     try:
         deadline = time.monotonic() + PORT_SECONDS
-        while (port := _listening_port(proc.pid)) is None:
+        while (port := listening_port(proc.pid)) is None:
             if proc.poll() is not None or time.monotonic() > deadline:
                 out = proc.stdout.read().decode() if proc.stdout else ""
                 pytest.fail(f"workspace-sandbox serve did not listen: {out}")

@@ -16,6 +16,7 @@ import contextlib
 import datetime as dt
 import ipaddress
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -23,7 +24,7 @@ import socket
 import ssl
 import subprocess
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,39 @@ def _ports(count: int) -> list[int]:
         for s in socks:
             s.bind(("127.0.0.1", 0))
         return [s.getsockname()[1] for s in socks]
+
+
+def poll(check: Callable[[], Any], seconds: float, interval: float = 0.2) -> Any:
+    """`check()`'s first truthy answer within `seconds`, or None."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if got := check():
+            return got
+        time.sleep(interval)
+    return None
+
+
+LOOPBACK = ("0100007F", "0000000000000000FFFF00000100007F")
+"""127.0.0.1 as /proc/net/tcp and /proc/net/tcp6 write it; gRPC listens on an IPv6 socket with
+the IPv4-mapped address."""
+
+
+def listening_port(pid: int) -> int | None:
+    """The loopback TCP port process `pid` listens on, read from /proc: its socket descriptors'
+    inodes, matched with the LISTEN rows (state 0A) of /proc/net/tcp and tcp6. With this a
+    server started on port 0 reports its port, and no port is chosen free and then lost."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            if m := re.fullmatch(r"socket:\[(\d+)\]", str(fd.readlink())):
+                inodes.add(m[1])
+    for table in ("tcp", "tcp6"):
+        for row in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            cols = row.split()
+            (address, port), state, inode = cols[1].split(":"), cols[3], cols[9]
+            if state == "0A" and inode in inodes and address in LOOPBACK:
+                return int(port, 16)
+    return None
 
 
 PEM = serialization.Encoding.PEM
@@ -295,6 +329,19 @@ class ControlPlane:
             "current-context": "test",
         }
         self.kubeconfig.write_text(yaml.safe_dump(config))
+
+    def certificates(self, name: str, *, client: bool = False) -> Path:
+        """A folder `name` in the plane's root holding `tls.crt` and `tls.key` (a certificate
+        from the plane's CA for 127.0.0.1, a client one with `client`) and the CA's `ca.crt`:
+        what Crossplane, functions and providers read from their certificates' folders."""
+        pki = self.root / "pki"
+        folder = self.root / name
+        folder.mkdir()
+        crt, key = issue(pki, name, client=client)
+        shutil.copy(pki / "ca.crt", folder / "ca.crt")
+        shutil.copy(crt, folder / "tls.crt")
+        shutil.copy(key, folder / "tls.key")
+        return folder
 
     def account_kubeconfig(self, namespace: str, account: str, seconds: int = 86400) -> Path:
         """A kubeconfig for a ServiceAccount (which must exist), with a token from the server's

@@ -10,7 +10,7 @@ so that simulator answers to the real server too.
 
 import datetime as dt
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -20,8 +20,8 @@ from function.model import parse
 from function.model.spec import WorkspaceSandbox
 from function.render import render
 from tests.cluster import seen, settled
-from tests.control_plane.composing import Composing
-from tests.control_plane.server import ControlPlane
+from tests.control_plane.composing import Composing, until
+from tests.control_plane.server import ControlPlane, poll
 from tests.support import platform
 
 pytestmark = pytest.mark.control_plane
@@ -33,26 +33,6 @@ COMPOSE_SECONDS = 90.0
 PRESETS = ("standard", "kata", "gvisor", "isolated", "isolated-kata")
 """The shipped presets that compose here; the ComputePlane placements need Cozystack's
 aggregated `apps.cozystack.io` API, which no server here serves."""
-
-
-def wait(what: str, check: Callable[[], Any], plane: ControlPlane) -> Any:
-    deadline = time.monotonic() + COMPOSE_SECONDS
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}\n{plane.logs(60)}")
-
-
-def wait_or_none(check: Callable[[], bool]) -> bool:
-    deadline = time.monotonic() + COMPOSE_SECONDS
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.5)
-    return False
 
 
 def custom(plane: ControlPlane) -> k8s.CustomObjectsApi:
@@ -254,7 +234,7 @@ def converge(composing: Composing, ns: str, phase: str = "") -> dict[str, Any]:
             )
         )
 
-    ok = wait_or_none(converged)
+    ok = poll(converged, COMPOSE_SECONDS, interval=0.5)
     seen = {k: v for k, v in last.items() if k != "xr"} | {"status": last["xr"].get("status")}
     assert ok, f"{ns} never converged: {seen}\n{plane.logs(30)}"
     return dict(last["xr"])
@@ -379,7 +359,7 @@ def test_deletion_keeps_the_policies_and_namespace_until_the_workload_is_gone(
     assert set(gone) == set(objects), f"left: {sorted(set(objects) - set(gone))}\n{plane.logs(30)}"
     for key in USED:
         assert marked[key] >= gone[workload], (key, marked[key] - gone[workload])
-    wait(
+    until(
         f"{inner_namespace} deleted",
         lambda: plane.request("GET", f"/api/v1/namespaces/{inner_namespace}")[0] == 404,
         plane,

@@ -98,7 +98,7 @@ def world(crossplane: Installed, tmp_path_factory: pytest.TempPathFactory) -> It
     folder = tmp_path_factory.mktemp("gateway")
     tenants = {gw.namespace(plane, n) for n in (TENANT_A, TENANT_B, "gw-tokens", "gw-pools")}
     keys = {t: gw.api_key(plane, t) for t in (TENANT_A, TENANT_B, "gw-pools")}
-    kubeconfig = gw.account_kubeconfig(plane, folder)
+    kubeconfig = gw.account_kubeconfig(plane)
     with gw.platform(plane, folder, tenants) as platform:
         gateway = gw.start_gateway(folder, kubeconfig, gw.templates(folder), platform.port)
         try:
