@@ -76,11 +76,38 @@ def check(ws: WorkspaceSandbox, key: str, obj: Mapping[str, Any], meta: Any) -> 
     if controls(ws, meta):
         return
     what = f"{dig(obj, 'kind')} {dig(meta, 'name')!r}"
+    if _an_application(obj) and _controller(meta) is None:
+        raise FieldError("spec.preset", _uncontrollable(ws, what, dig(meta, "name")))
     raise FieldError(
         "spec.crossplane.resourceRefs",
         f"{key} is {what}, which this sandbox does not control ({_held(meta)}); {_NEVER}. "
         "Remove the reference, or, if this sandbox made the object, give it back its "
         "controller reference",
+    )
+
+
+APPLICATIONS = "apps.cozystack.io"
+"""Cozystack's tenant kinds (a ComputePlane among them), served by its own API server."""
+
+
+def _an_application(obj: Mapping[str, Any]) -> bool:
+    api = dig(obj, "apiVersion")
+    return isinstance(api, str) and api.partition("/")[0] == APPLICATIONS
+
+
+def _uncontrollable(ws: WorkspaceSandbox, what: str, name: Any) -> str:
+    """Why a Cozystack application the sandbox composed has no controller.
+
+    Cozystack's API server stores an application as a Flux HelmRelease and keeps no owner
+    reference on it, so Crossplane's controller reference to the XR is dropped as it is written
+    (docs/platform-guide.md, "DedicatedComputePlane on Cozystack's API").
+    """
+    return (
+        f"{what} has no controller reference: Cozystack's API server keeps no owner references "
+        "on its applications, so this preset's DedicatedComputePlane placement can't compose "
+        "a plane there, and the plane would outlive the sandbox. Use a SharedComputePlane "
+        f"preset, and delete the plane made for this sandbox: kubectl delete computeplane "
+        f"{name} -n {ws.metadata.namespace}"
     )
 
 

@@ -228,6 +228,33 @@ async def test_an_observed_object_this_sandbox_does_not_control_is_refused(
     assert only_fatal(rsp) == (resource_refs("cilium-policy", what, held), 0)
 
 
+async def test_a_computeplane_without_a_controller_names_cozystacks_api() -> None:
+    """What a dedicated plane is observed as on Cozystack's API server, which keeps no owner
+    references (tests/control_plane/test_compose.py shows it on the real server): one clear
+    error naming the preset, what to use instead and the plane to delete."""
+    plane = obj("apps.cozystack.io/v1alpha1", "ComputePlane", "alice-api-plane-x")
+    rsp = await rendered([], {"preset": "dedicated-plane"}, observed={"compute-plane": plane})
+    message = (
+        "spec.preset: ComputePlane 'alice-api-plane-x' has no controller reference: Cozystack's "
+        "API server keeps no owner references on its applications, so this preset's "
+        "DedicatedComputePlane placement can't compose a plane there, and the plane would "
+        "outlive the sandbox. Use a SharedComputePlane preset, and delete the plane made for "
+        f"this sandbox: kubectl delete computeplane alice-api-plane-x -n {NAMESPACE}"
+    )
+    assert only_fatal(rsp) == (message, 0)
+
+
+async def test_a_computeplane_of_another_controller_is_refused_as_any_object() -> None:
+    plane = obj(
+        "apps.cozystack.io/v1alpha1", "ComputePlane", "alice-api-plane-x",
+        owner_reference("bob-frontend", "b0b"),
+    )  # fmt: skip
+    rsp = await rendered([], {"preset": "dedicated-plane"}, observed={"compute-plane": plane})
+    held = "its controller is WorkspaceSandbox 'bob-frontend'"
+    what = "ComputePlane 'alice-api-plane-x'"
+    assert only_fatal(rsp) == (resource_refs("compute-plane", what, held), 0)
+
+
 async def test_a_fatal_ownership_result_is_invalid_spec() -> None:
     req = request(
         xr(uid=UID), {"vm": {"kind": "VirtualMachine", "metadata": {"ownerReferences": []}}}

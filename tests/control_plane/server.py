@@ -56,6 +56,8 @@ CONTROLLERS = (
 contents, owner references followed, `default` accounts, Cozystack's aggregated tenant roles,
 the CA bundle in each namespace, the admission policies' type checks, and claims' protection
 finalizer removed once no pod uses them (without it no claim is ever deleted)."""
+FRONT_PROXY = "front-proxy-client"
+"""The client certificate the API server proxies to aggregated API servers with."""
 START_ATTEMPTS = 4
 """Ports are chosen free and then bound by another process: a start that lost the race is
 tried again on new ports, this many times at most."""
@@ -136,15 +138,19 @@ def _private(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
 
 
-def issue(pki: Path, name: str, *, client: bool = False) -> tuple[Path, Path]:
-    """A certificate from the plane's CA for 127.0.0.1 and localhost (a client certificate with
-    `client`): the certificate's and the key's files, `<name>.crt` and `<name>.key` in `pki`."""
+def issue(
+    pki: Path, name: str, *, client: bool = False, hosts: Sequence[str] = ()
+) -> tuple[Path, Path]:
+    """A certificate from the plane's CA for 127.0.0.1, localhost and `hosts` (a client
+    certificate with `client`): the certificate's and the key's files, `<name>.crt` and
+    `<name>.key` in `pki`."""
     ca_key = serialization.load_pem_private_key((pki / "ca.key").read_bytes(), password=None)
     assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
     ca = x509.load_pem_x509_certificate((pki / "ca.crt").read_bytes())
     key = ec.generate_private_key(ec.SECP256R1())
     now = dt.datetime.now(dt.UTC)
-    names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    names: list[x509.GeneralName] = [x509.DNSName(h) for h in ("localhost", *hosts)]
+    names.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
     usage = x509.ExtendedKeyUsageOID.CLIENT_AUTH if client else x509.ExtendedKeyUsageOID.SERVER_AUTH
     cert = (
         x509.CertificateBuilder()
@@ -183,6 +189,7 @@ def _certificates(pki: Path) -> None:
     (pki / "ca.crt").write_bytes(ca.public_bytes(PEM))
     (pki / "ca.key").write_bytes(_private(ca_key))
     issue(pki, "serving")
+    issue(pki, FRONT_PROXY, client=True)
     account_key = ec.generate_private_key(ec.SECP256R1())
     (pki / "service-accounts.key").write_bytes(_private(account_key))
     public = serialization.PublicFormat.SubjectPublicKeyInfo
@@ -242,6 +249,16 @@ class ControlPlane:
                 "--service-cluster-ip-range", "10.96.0.0/16",
                 "--allow-privileged=true",
                 "--profiling=false",
+                # The aggregation layer, as kubeadm sets it up: the API server proxies to
+                # aggregated API servers (Cozystack's) with this client certificate, and they
+                # trust the user it names in these headers.
+                "--proxy-client-cert-file", pki / f"{FRONT_PROXY}.crt",
+                "--proxy-client-key-file", pki / f"{FRONT_PROXY}.key",
+                "--requestheader-client-ca-file", pki / "ca.crt",
+                "--requestheader-allowed-names", FRONT_PROXY,
+                "--requestheader-username-headers", "X-Remote-User",
+                "--requestheader-group-headers", "X-Remote-Group",
+                "--requestheader-extra-headers-prefix", "X-Remote-Extra-",
             ])  # fmt: skip
             self.url = f"https://127.0.0.1:{secure}"
             if self._ready():
@@ -330,14 +347,15 @@ class ControlPlane:
         }
         self.kubeconfig.write_text(yaml.safe_dump(config))
 
-    def certificates(self, name: str, *, client: bool = False) -> Path:
+    def certificates(self, name: str, *, client: bool = False, hosts: Sequence[str] = ()) -> Path:
         """A folder `name` in the plane's root holding `tls.crt` and `tls.key` (a certificate
-        from the plane's CA for 127.0.0.1, a client one with `client`) and the CA's `ca.crt`:
-        what Crossplane, functions and providers read from their certificates' folders."""
+        from the plane's CA for 127.0.0.1, localhost and `hosts`, a client one with `client`)
+        and the CA's `ca.crt`: what Crossplane, functions and providers read from their
+        certificates' folders."""
         pki = self.root / "pki"
         folder = self.root / name
         folder.mkdir()
-        crt, key = issue(pki, name, client=client)
+        crt, key = issue(pki, name, client=client, hosts=hosts)
         shutil.copy(pki / "ca.crt", folder / "ca.crt")
         shutil.copy(crt, folder / "tls.crt")
         shutil.copy(key, folder / "tls.key")

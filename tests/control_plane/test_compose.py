@@ -8,9 +8,10 @@ status `tests/cluster.py` gives each kind, which the server's schemas validate o
 so that simulator answers to the real server too.
 """
 
+import contextlib
 import datetime as dt
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -21,7 +22,11 @@ from function.model.spec import WorkspaceSandbox
 from function.render import render
 from tests.cluster import seen, settled
 from tests.control_plane.composing import Composing, until
-from tests.control_plane.server import ControlPlane, poll
+from tests.control_plane.cozystack import plane_installed
+from tests.control_plane.crossplane import MODULE as CROSSPLANE_MODULE
+from tests.control_plane.install import install_crds
+from tests.control_plane.packages import PROVIDER_MODULE
+from tests.control_plane.server import ControlPlane, control_plane, poll
 from tests.support import platform
 
 pytestmark = pytest.mark.control_plane
@@ -30,9 +35,12 @@ GROUP, VERSION, PLURAL = "sandbox.cozystack.io", "v1alpha1", "workspacesandboxes
 RESOURCE_NAME = "crossplane.io/composition-resource-name"
 COMPOSE_SECONDS = 90.0
 """A change to the XR seen in every composed object; Crossplane reacts to watches at once."""
-PRESETS = ("standard", "kata", "gvisor", "isolated", "isolated-kata")
-"""The shipped presets that compose here; the ComputePlane placements need Cozystack's
-aggregated `apps.cozystack.io` API, which no server here serves."""
+PRESETS = ("standard", "kata", "gvisor", "isolated", "isolated-kata", "shared-plane")
+"""Every shipped preset but `dedicated-plane`, whose ComputePlane Crossplane composes directly:
+Cozystack's API keeps no owner reference on it (`test_cozystack_api_keeps_no_owner_reference`),
+so it can't carry Crossplane's controller reference."""
+PLANES = ("shared-plane",)
+"""The presets placing sandboxes into a ComputePlane, served by Cozystack's own API server."""
 
 
 def custom(plane: ControlPlane) -> k8s.CustomObjectsApi:
@@ -100,11 +108,44 @@ def resources(plane: ControlPlane) -> dict[tuple[str, str], tuple[str, bool]]:
     return _SERVED[plane.url]
 
 
-def desired(xr: Mapping[str, Any], observed: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """What the function composes for `xr` with `observed`, called in this process."""
+def desired(
+    plane: ControlPlane, xr: Mapping[str, Any], observed: Mapping[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """What the function composes for `xr` with `observed` and the resources it requires as
+    the server has them, called in this process."""
     ws = parse(WorkspaceSandbox, {"metadata": xr["metadata"], "spec": xr["spec"]}, "")
-    out = render(ws, platform(), dict(observed), dt.datetime.now(dt.UTC))
+    now = dt.datetime.now(dt.UTC)
+    out = render(ws, platform(), dict(observed), now)
+    required = {key: fetched(plane, ask) for key, ask in out.requirements.items()}
+    out = render(ws, platform(), dict(observed), now, required)
     return {key: dict(m) for key, m in out.resources.items()}
+
+
+def fetched(plane: ControlPlane, ask: Mapping[str, str]) -> list[dict[str, Any]]:
+    """A required resource as Crossplane fetches it: the object, or nothing."""
+    plural, _ = resources(plane)[ask["apiVersion"].rpartition("/")[0], ask["kind"]]
+    code, got = plane.request(
+        "GET", api_path(ask["apiVersion"], plural, ask["namespace"], ask["name"])
+    )
+    return [got] if code == 200 else []
+
+
+def create_plane(
+    plane: ControlPlane, ns: str, name: str, metadata: Mapping[str, Any] | None = None
+) -> None:
+    """A tenant's ComputePlane through Cozystack's API, as the tenant creates it."""
+    body = {
+        "apiVersion": "apps.cozystack.io/v1alpha1", "kind": "ComputePlane",
+        "metadata": {"name": name, **(metadata or {})},
+        "spec": {"nodeGroups": {"md0": {
+            "minReplicas": 1, "maxReplicas": 4, "instanceType": "u1.xlarge", "diskSize": "50Gi",
+            "roles": ["ingress-nginx"],
+        }}},
+    }  # fmt: skip
+    code, got = plane.request(
+        "POST", f"/apis/apps.cozystack.io/v1alpha1/namespaces/{ns}/computeplanes", body
+    )
+    assert code == 201, got
 
 
 def missing(want: Any, got: Any, path: str = "") -> list[str]:
@@ -147,30 +188,85 @@ def settle(plane: ControlPlane, obj: Mapping[str, Any]) -> None:
     assert code in {200, 409}, f"{obj['kind']}/{meta['name']}: {code} {answer.get('message')}"
 
 
-def settle_all(plane: ControlPlane, objects: Mapping[str, Mapping[str, Any]]) -> None:
-    """`settle` every composed object, and every object a provider-kubernetes Object placed."""
-    served = resources(plane)
+def plane_access(name: str) -> tuple[str, str]:
+    """The admin kubeconfig Secret of ComputePlane `name` and its key, as the presets name them."""
+    preset_name = "shared-plane" if name == SHARED_PLANE else "dedicated-plane"
+    options = platform().preset(preset_name)[1].compute_plane
+    assert options is not None, preset_name
+    return name + options.kubeconfig_secret_suffix, options.kubeconfig_key
+
+
+SHARED_PLANE = "computeplane"
+"""The ComputePlane the shared-plane preset names, which the tenant creates."""
+
+
+def where(composing: Composing, ns: str, obj: Mapping[str, Any]) -> ControlPlane:
+    """The server an Object places its manifest into: a plane's cluster for the namespaced
+    ProviderConfig the function composes, the host cluster for the shipped cluster-wide one."""
+    if obj["spec"]["providerConfigRef"]["kind"] == "ProviderConfig":
+        return composing.clusters[ns]
+    return composing.plane
+
+
+def placed(composing: Composing, ns: str, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The object a provider-kubernetes Object placed, as its server stores it, or None."""
+    cluster = where(composing, ns, obj)
+    inner = obj["spec"]["forProvider"]["manifest"]
+    key = (inner["apiVersion"].rpartition("/")[0], inner["kind"])
+    if key not in (served := resources(cluster)):
+        return None
+    plural, namespaced = served[key]
+    where_ns = inner["metadata"].get("namespace", "") if namespaced else ""
+    code, got = cluster.request(
+        "GET", api_path(inner["apiVersion"], plural, where_ns, inner["metadata"]["name"])
+    )
+    return got if code == 200 else None
+
+
+def settle_all(composing: Composing, ns: str, objects: Mapping[str, Mapping[str, Any]]) -> None:
+    """`settle` every composed object, and every object a provider-kubernetes Object placed
+    (in the host cluster or in a ComputePlane's); install a composed ComputePlane."""
+    plane = composing.plane
     for obj in objects.values():
-        if obj["kind"] != "Object":
+        if obj["kind"] == "ComputePlane":
+            if condition(obj, "Ready").get("status") != "True":
+                name = obj["metadata"]["name"]
+                secret, key = plane_access(name)
+                plane_installed(
+                    plane, ns, name, inside=composing.clusters[ns], secret=secret, key=key
+                )
+        elif obj["kind"] != "Object":
             settle(plane, obj)
-            continue
-        inner = obj["spec"]["forProvider"]["manifest"]
-        group = inner["apiVersion"].rpartition("/")[0]
-        if (group, inner["kind"]) not in served:
-            continue
-        plural, namespaced = served[group, inner["kind"]]
-        ns = inner["metadata"].get("namespace", "") if namespaced else ""
-        code, placed = plane.request(
-            "GET", api_path(inner["apiVersion"], plural, ns, inner["metadata"]["name"])
-        )
-        if code == 200:
-            settle(plane, placed)
+        elif (got := placed(composing, ns, obj)) is not None:
+            settle(where(composing, ns, obj), got)
 
 
 @pytest.fixture(scope="module")
-def submitted(composing: Composing) -> Composing:
+def clusters(
+    composing: Composing, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, ControlPlane]]:
+    """A real API server per ComputePlane, standing in for its Kamaji cluster: the upstream
+    CRDs of what is placed there (agent-sandbox, KubeVirt, Cilium, snapshots), none of
+    Crossplane's, nothing of the install."""
+    with contextlib.ExitStack() as stack:
+        for preset in PLANES:
+            root = tmp_path_factory.mktemp(f"cluster-{preset}")
+            cluster = stack.enter_context(control_plane(root))
+            install_crds(cluster, skip=(CROSSPLANE_MODULE, PROVIDER_MODULE))
+            composing.clusters[f"tenant-{preset}"] = cluster
+        yield composing.clusters
+
+
+@pytest.fixture(scope="module")
+def submitted(composing: Composing, clusters: dict[str, ControlPlane]) -> Composing:
     """One sandbox per preset, `alice-api` in `tenant-<preset>`, all submitted at once so
-    that Crossplane composes them side by side."""
+    that Crossplane composes them side by side. The shared plane's tenant has its
+    ComputePlane first, created through Cozystack's API and installed."""
+    ns = "tenant-shared-plane"
+    namespace(composing.plane, ns)
+    create_plane(composing.plane, ns, SHARED_PLANE)
+    secret, key = plane_access(SHARED_PLANE)
+    plane_installed(composing.plane, ns, SHARED_PLANE, inside=clusters[ns], secret=secret, key=key)
     for preset in PRESETS:
         spec = {"preset": preset, "image": "ubuntu-24.04"}
         submit(composing.plane, f"tenant-{preset}", "alice-api", spec)
@@ -210,8 +306,8 @@ def converge(composing: Composing, ns: str, phase: str = "") -> dict[str, Any]:
         xr = get_xr(plane, ns, "alice-api")
         objects = composed(composing, xr)
         if settle:
-            settle_all(plane, objects)
-        want = desired(xr, objects)
+            settle_all(composing, ns, objects)
+        want = desired(plane, xr, objects)
         last["xr"] = xr
         last["absent"] = sorted(set(want) - set(objects))
         last["differences"] = {
@@ -364,3 +460,56 @@ def test_deletion_keeps_the_policies_and_namespace_until_the_workload_is_gone(
         lambda: plane.request("GET", f"/api/v1/namespaces/{inner_namespace}")[0] == 404,
         plane,
     )
+
+
+def test_cozystack_api_keeps_no_owner_reference(composing: Composing) -> None:
+    """What stops the dedicated-plane preset on Cozystack (docs/platform-guide.md): its API
+    server stores a ComputePlane as a Flux HelmRelease and keeps only its name, labels and
+    annotations, so an owner reference (Crossplane's controller reference to the XR) and a
+    finalizer are dropped as they are written, and the garbage collector can never delete the
+    plane with its sandbox. The day this fails, the preset can compose its plane directly."""
+    plane, ns = composing.plane, "tenant-owner-reference"
+    namespace(plane, ns)
+    core = k8s.CoreV1Api(plane.client())
+    owner = core.create_namespaced_config_map(ns, {"metadata": {"name": "owner"}})
+    reference = {
+        "apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid,
+        "controller": True, "blockOwnerDeletion": True,
+    }  # fmt: skip
+    extra = {"ownerReferences": [reference], "finalizers": ["test.cozystack.io/hold"]}
+    create_plane(plane, ns, "owned", extra)
+    code, got = plane.request(
+        "GET", f"/apis/apps.cozystack.io/v1alpha1/namespaces/{ns}/computeplanes/owned"
+    )
+    assert code == 200, got
+    assert "ownerReferences" not in got["metadata"], got["metadata"]
+    assert "finalizers" not in got["metadata"], got["metadata"]
+    code, release = plane.request(
+        "GET", f"/apis/helm.toolkit.fluxcd.io/v2/namespaces/{ns}/helmreleases/owned"
+    )
+    assert code == 200, release
+    assert "ownerReferences" not in release["metadata"], release["metadata"]
+
+
+def test_a_dedicated_plane_is_refused_clearly_on_cozystacks_api(composing: Composing) -> None:
+    """The dedicated-plane preset against Cozystack's real API: Crossplane creates the plane,
+    the controller reference it writes is dropped, and the function then refuses the sandbox
+    with the one error that says so, names the preset and the plane to delete."""
+    plane, ns = composing.plane, "tenant-dedicated-plane"
+    submit(plane, ns, "alice-api", {"preset": "dedicated-plane", "image": "ubuntu-24.04"})
+
+    def refused() -> dict[str, Any] | None:
+        synced = condition(get_xr(plane, ns, "alice-api"), "Synced")
+        return synced if "keeps no owner references" in synced.get("message", "") else None
+
+    synced = poll(refused, COMPOSE_SECONDS, interval=0.5)
+    assert synced, f"{condition(get_xr(plane, ns, 'alice-api'), 'Synced')}\n{plane.logs(30)}"
+    assert synced["status"] == "False", synced
+    xr = get_xr(plane, ns, "alice-api")
+    (ref,) = [r for r in xr["spec"]["crossplane"]["resourceRefs"] if r["kind"] == "ComputePlane"]
+    assert f"kubectl delete computeplane {ref['name']} -n {ns}" in synced["message"], synced
+    code, made = plane.request(
+        "GET", f"/apis/apps.cozystack.io/v1alpha1/namespaces/{ns}/computeplanes/{ref['name']}"
+    )
+    assert code == 200, made
+    assert "ownerReferences" not in made["metadata"], made["metadata"]
