@@ -84,6 +84,7 @@ def render(
         waiting=placed.waiting,
         plane=placed.plane,
         namespace=placed.namespace,
+        now=now,
     )
     asks = placed.requirements | ownership.vacancies(ws, placed.resources, observed, required)
     notices = {}

@@ -8,7 +8,7 @@ deadline, the snapshots, and where the sandbox is reached.
 """
 
 from dataclasses import dataclass, replace
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 from function.compose import snapshots
@@ -116,6 +116,7 @@ def workspace_status(
     waiting: Waiting | None = None,
     plane: str | None = None,
     namespace: str | None = None,
+    now: datetime,
 ) -> Judged:
     """The XR's whole status, its conditions, and whether the sandbox is usable now.
 
@@ -124,7 +125,7 @@ def workspace_status(
     progress counts, `plane` the ComputePlane's name, and `namespace` where the workload runs
     when that isn't the tenant's namespace.
     """
-    progress = workload.progress(ws, observed)
+    progress = workload.progress(ws, observed, now)
     if waiting is not None:
         held = pending("Provisioned", waiting.reason, waiting.message)
         progress = replace(progress, phase=waiting.phase, provisioned=held)

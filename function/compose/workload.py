@@ -7,6 +7,7 @@ snapshots, restore and disk growth ask the answer.
 """
 
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from typing import Protocol
 
@@ -49,7 +50,7 @@ class Workload(Protocol):
         """The workload and its workspace disk, keyed by composition-resource name."""
         ...
 
-    def progress(self, ws: WorkspaceSandbox, observed: Observed) -> Progress:
+    def progress(self, ws: WorkspaceSandbox, observed: Observed, now: datetime) -> Progress:
         """The phase, and the Provisioned and Suspended conditions, from observed state."""
         ...
 

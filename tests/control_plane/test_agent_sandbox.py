@@ -15,6 +15,7 @@ beside it.
 """
 
 import copy
+import datetime as dt
 import itertools
 import time
 from collections.abc import Callable, Mapping
@@ -25,12 +26,17 @@ import pytest
 import yaml
 
 from function.compose.readiness import is_ready
-from function.compose.workloads.agent_sandbox import AgentSandbox
+from function.compose.workloads.agent_sandbox import RETRY_GRACE, AgentSandbox
 from tests.control_plane.agent_sandbox import USER, start_agent_sandbox
 from tests.control_plane.install import Installed
 from tests.control_plane.replay import clean
 from tests.control_plane.server import ControlPlane
 from tests.support import ROOT, workspace
+
+
+def clock() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
 
 pytestmark = pytest.mark.control_plane
 
@@ -350,7 +356,7 @@ def test_a_pending_pod_leaves_the_sandbox_provisioning(rendered: Rendered) -> No
     assert sandbox["metadata"]["annotations"]["agents.x-k8s.io/pod-name"] == rendered.name
     # The function waits, and says what for.
     ws = workspace({"preset": "kata"}, name=rendered.name)
-    progress = AgentSandbox().progress(ws, seen(sandbox))
+    progress = AgentSandbox().progress(ws, seen(sandbox), clock())
     assert (progress.phase, progress.provisioned.reason, progress.provisioned.message) == (
         "Provisioning", "StartingPod", "waiting: Pod exists with phase: Pending")  # fmt: skip
     assert is_ready(rendered.sandbox, sandbox) is False
@@ -384,7 +390,7 @@ def test_a_running_pod_makes_the_sandbox_ready(rendered: Rendered) -> None:
     assert rendered.conditions()["Ready"]["message"] == "Pod is Ready"  # type: ignore[index]
     assert sandbox["status"]["podIPs"] == [POD_IP]
     ws = workspace({"preset": "kata"}, name=rendered.name)
-    progress = AgentSandbox().progress(ws, seen(sandbox))
+    progress = AgentSandbox().progress(ws, seen(sandbox), clock())
     assert (progress.phase, progress.provisioned.status) == ("Running", "True")
     assert is_ready(rendered.sandbox, sandbox) is True
 
@@ -402,7 +408,7 @@ def test_suspending_deletes_the_pod_and_keeps_the_claim(rendered: Rendered) -> N
     assert "PodScheduled" not in rendered.conditions()
     assert rendered.get(claim) == kept
     ws = workspace({"preset": "kata", "power": "Suspended"}, name=rendered.name)
-    assert AgentSandbox().progress(ws, seen(sandbox)).phase == "Suspended"
+    assert AgentSandbox().progress(ws, seen(sandbox), clock()).phase == "Suspended"
     suspended = copy.deepcopy(rendered.sandbox)
     suspended["spec"]["operatingMode"] = "Suspended"
     assert is_ready(suspended, sandbox) is True
@@ -462,14 +468,19 @@ def test_a_sandbox_before_its_account_is_a_passing_reconciler_error(
     """Crossplane applies a render's objects in no set order. A Sandbox stored before its
     ServiceAccount has its pod refused (the ServiceAccount admission plugin), and the
     controller reports that as `ReconcilerError` until a retry succeeds: the function calls
-    the sandbox Failed meanwhile (`POD_FAILURES`), then Provisioning."""
+    the sandbox Provisioning while that lasts less than `RETRY_GRACE` (it had called it
+    Failed), Failed after, and Provisioning once the retry has made the pod."""
     rendered = Rendered(controlled, golden)
     rendered.create(but=frozenset({"ServiceAccount"}))
     sandbox = rendered.settled(Ready=("False", "ReconcilerError"))
     assert "error looking up service account" in rendered.conditions()["Ready"]["message"]
     ws = workspace({"preset": "kata"}, name=rendered.name)
-    assert AgentSandbox().progress(ws, seen(sandbox)).phase == "Failed"
+    retrying = AgentSandbox().progress(ws, seen(sandbox), clock())
+    assert (retrying.phase, retrying.provisioned.reason) == ("Provisioning", "ControllerRetrying")
+    assert "error looking up service account" in retrying.provisioned.message
+    later = clock() + RETRY_GRACE
+    assert AgentSandbox().progress(ws, seen(sandbox), later).phase == "Failed"
     rendered.create_one(next(o for o in rendered.objects if o["kind"] == "ServiceAccount"))
     until(rendered.pod, "the controller's retry makes the pod")
     sandbox = rendered.settled(Ready=("False", "DependenciesNotReady"))
-    assert AgentSandbox().progress(ws, seen(sandbox)).phase == "Provisioning"
+    assert AgentSandbox().progress(ws, seen(sandbox), clock()).phase == "Provisioning"

@@ -10,6 +10,7 @@ so that simulator answers to the real server too.
 
 import contextlib
 import datetime as dt
+import functools
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -376,6 +377,19 @@ def test_suspend_resume_and_snapshots(submitted: Composing, preset: str) -> None
     assert [s["name"] for s in xr["status"]["snapshots"]] == ["before-refactor"]
 
 
+def reported_as_stored(
+    plane: ControlPlane, object_at: str, placed_at: str
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The Object and its wrapped object, if the Object reports the stored version of it."""
+    code, placed = plane.request("GET", placed_at)
+    _, obj = plane.request("GET", object_at)
+    reported = ((obj.get("status") or {}).get("atProvider") or {}).get("manifest") or {}
+    version = (reported.get("metadata") or {}).get("resourceVersion")
+    if code == 200 and version == placed["metadata"]["resourceVersion"]:
+        return obj, placed
+    return None
+
+
 @pytest.mark.parametrize("preset", ["isolated", "isolated-kata"])
 def test_the_simulated_provider_reports_objects_as_the_real_one(
     submitted: Composing, preset: str
@@ -388,16 +402,22 @@ def test_the_simulated_provider_reports_objects_as_the_real_one(
     xr = converge(submitted, f"tenant-{preset}", "Running")
     served = resources(plane)
     compared = 0
-    for key, obj in composed(submitted, xr).items():
-        if obj["kind"] != "Object":
+    for key, first in composed(submitted, xr).items():
+        if first["kind"] != "Object":
             continue
-        inner = obj["spec"]["forProvider"]["manifest"]
+        inner = first["spec"]["forProvider"]["manifest"]
         plural, namespaced = served[inner["apiVersion"].rpartition("/")[0], inner["kind"]]
         where = inner["metadata"].get("namespace", "") if namespaced else ""
-        code, placed = plane.request(
-            "GET", api_path(inner["apiVersion"], plural, where, inner["metadata"]["name"])
+        placed_at = api_path(inner["apiVersion"], plural, where, inner["metadata"]["name"])
+        meta = first["metadata"]
+        object_at = api_path(first["apiVersion"], "objects", meta["namespace"], meta["name"])
+        # The provider polls: compare once it reports the version of the wrapped object that is
+        # stored now (a claim bound a moment ago is Ready here before the Object says so).
+        both = poll(
+            functools.partial(reported_as_stored, plane, object_at, placed_at), COMPOSE_SECONDS
         )
-        assert code == 200, (key, placed)
+        assert both, (key, plane.request("GET", object_at)[1].get("status"))
+        obj, placed = both
         simulated = seen({k: v for k, v in obj.items() if k != "status"}, placed.get("status"))
         real = obj["status"]
         assert condition(simulated, "Ready")["status"] == condition(obj, "Ready")["status"], key

@@ -1,6 +1,9 @@
 """An agent-sandbox Sandbox, its workspace a claim composed beside it so that it can grow."""
 
+from collections.abc import Mapping
+from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from function.compose import sandbox, workspace_claim
 from function.compose.conditions import RUNNING, Progress, done, not_created, pending
@@ -13,12 +16,44 @@ from function.model.platform import SandboxPlatform
 from function.model.spec import WorkspaceSandbox
 
 # Ready reasons of an agent-sandbox Sandbox that need a human, not patience.
-POD_FAILURES = frozenset({"PodFailed", "PodSucceeded", "ReconcilerError", "MultiplePods"})
+POD_FAILURES = frozenset({"PodFailed", "PodSucceeded", "MultiplePods"})
+RETRYING = "ReconcilerError"
+"""The controller's reconcile failed and is retried with backoff. Crossplane applies a render's
+objects in no set order, and a Sandbox stored before its ServiceAccount is refused its pod
+until a retry (tests/control_plane/test_agent_sandbox.py): a failure only once it lasts."""
+RETRY_GRACE = timedelta(minutes=2)
+"""How long the Sandbox may stay not Ready with `ReconcilerError` before the sandbox is
+`Failed`; its retries back off from 5 ms to about 20 s in that time."""
 
 
 def _true(observed: Observed, kind: str) -> bool:
     found = condition(observed.get(sandbox.KEY), kind)
     return found is not None and found.get("status") == "True"
+
+
+def _retrying(ready: Mapping[str, Any], now: datetime) -> bool:
+    """Whether the Sandbox has been not Ready for less than `RETRY_GRACE`.
+
+    Read from its Ready condition's last transition; a time that can't be read counts as long
+    ago.
+    """
+    try:
+        since = datetime.fromisoformat(str(ready.get("lastTransitionTime")))
+    except ValueError:
+        return False
+    return since.tzinfo is not None and now - since < RETRY_GRACE
+
+
+def _failing(ready: Mapping[str, Any], now: datetime) -> Progress | None:
+    """A failure the Sandbox's Ready condition reports, or a retry still in its grace."""
+    reason = ready.get("reason")
+    if reason == RETRYING and _retrying(ready, now):
+        why = f"the agent-sandbox controller retries: {ready.get('message') or RETRYING}"
+        return Progress("Provisioning", pending("Provisioned", "ControllerRetrying", why), RUNNING)
+    if reason in POD_FAILURES or reason == RETRYING:
+        why = f"Sandbox is {reason}: {ready.get('message') or 'see its events'}"
+        return Progress("Failed", pending("Provisioned", "SandboxFailed", why), RUNNING)
+    return None
 
 
 class AgentSandbox:
@@ -32,14 +67,13 @@ class AgentSandbox:
             **sandbox.sandbox(ws, preset, build.platform, build.image, size),
         }
 
-    def progress(self, ws: WorkspaceSandbox, observed: Observed) -> Progress:
+    def progress(self, ws: WorkspaceSandbox, observed: Observed, now: datetime) -> Progress:
         pod = observed.get(sandbox.KEY)
         if pod is None:
             return not_created(ws, "the Sandbox")
         ready, held = condition(pod, "Ready") or {}, condition(pod, "Suspended") or {}
-        if ready.get("reason") in POD_FAILURES:
-            why = f"Sandbox is {ready['reason']}: {ready.get('message') or 'see its events'}"
-            return Progress("Failed", pending("Provisioned", "SandboxFailed", why), RUNNING)
+        if (failing := _failing(ready, now)) is not None:
+            return failing
         if ws.spec.power == "Suspended":
             kept = done("Provisioned", "Provisioned", "the workspace claim is kept")
             if held.get("status") == "True":

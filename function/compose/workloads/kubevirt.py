@@ -1,6 +1,7 @@
 """A KubeVirt VirtualMachine booting from a standalone DataVolume, which outlives it."""
 
 from collections.abc import Mapping
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -75,7 +76,12 @@ class VirtualMachine:
         out |= virtual_machine.virtual_machine(ws, preset, platform, size, build.account)
         return out
 
-    def progress(self, ws: WorkspaceSandbox, observed: Observed) -> Progress:  # noqa: PLR0911  # a phase each
+    def progress(  # noqa: PLR0911  # a phase each
+        self,
+        ws: WorkspaceSandbox,
+        observed: Observed,
+        now: datetime,  # noqa: ARG002  # the protocol's; a VM's progress needs no clock
+    ) -> Progress:
         vm, dv = observed.get(virtual_machine.KEY), observed.get(workspace_volume.KEY)
         printable = dig(vm, "status", "printableStatus") or "unknown"
         suspend = ws.spec.power == "Suspended"

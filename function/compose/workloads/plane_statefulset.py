@@ -1,5 +1,7 @@
 """A one-replica StatefulSet in a ComputePlane without agent-sandbox, beside its claim."""
 
+from datetime import datetime
+
 from function.compose import statefulset, workspace_claim
 from function.compose.conditions import RUNNING, Progress, done, not_created, pending
 from function.compose.observed import dig
@@ -23,7 +25,12 @@ class StatefulSet(AgentSandbox):
             **statefulset.statefulset(ws, preset, build.platform, build.image, size),
         }
 
-    def progress(self, ws: WorkspaceSandbox, observed: Observed) -> Progress:
+    def progress(
+        self,
+        ws: WorkspaceSandbox,
+        observed: Observed,
+        now: datetime,  # noqa: ARG002  # the protocol's; a StatefulSet's needs no clock
+    ) -> Progress:
         sts = observed.get(statefulset.KEY)
         if sts is None:
             return not_created(ws, "the StatefulSet")
