@@ -255,9 +255,33 @@ def _one(query: dict[str, list[str]], name: str) -> str | None:
     return values[-1] if values else None
 
 
+def started_after(text: str | None) -> datetime | None:
+    """The `startedAfter` list filter: an RFC 3339 time with its offset, as the SDK sends it."""
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise GatewayError(
+            400,
+            f"startedAfter {text!r} is not an RFC 3339 time with an offset, such as "
+            "2026-12-03T07:00:00Z (a + in the query is sent as %2B)",
+        )
+    return moment
+
+
 def page(sandboxes: list[Sandbox], query: dict[str, list[str]]) -> Reply:
-    """`GET /v2/sandboxes`: filter by metadata and state, order, then one page."""
+    """`GET /v2/sandboxes`: filter by metadata, state, template and start, order, then a page.
+
+    `template` matches the template a sandbox was created from, by the name it was asked for
+    (this gateway's templates have no separate IDs); `startedAfter` keeps the sandboxes started
+    at or after that time.
+    """
     wanted = metadata_filter(_one(query, "metadata") or "")
+    template = _one(query, "template")
+    since = started_after(_one(query, "startedAfter"))
     states_text = _one(query, "state")
     states = set(State) if not states_text else set()
     for name in (states_text or "").split(","):
@@ -279,7 +303,10 @@ def page(sandboxes: list[Sandbox], query: dict[str, list[str]]) -> Reply:
         (
             s
             for s in sandboxes
-            if s.state in states and all(s.metadata.get(k) == v for k, v in wanted.items())
+            if s.state in states
+            and all(s.metadata.get(k) == v for k, v in wanted.items())
+            and (not template or s.template == template)
+            and (since is None or s.started_at >= since)
         ),
         key=_key,
         reverse=order == "desc",

@@ -103,6 +103,35 @@ def test_lists_filter_by_state_and_metadata_and_show_no_token() -> None:
             page(everything, bad)
 
 
+def test_lists_filter_by_template_and_start_time() -> None:
+    everything = [sandbox(1), sandbox(2, template="isolated"), sandbox(3)]
+    ids = [s.sandbox_id for s in everything]
+
+    def listed(query: dict[str, list[str]]) -> list[str]:
+        return [i["sandboxID"] for i in page(everything, {"order": ["asc"], **query}).body]
+
+    assert listed({"template": ["isolated"]}) == [ids[1]]
+    assert listed({"template": ["base"]}) == [ids[0], ids[2]]
+    assert listed({"template": ["code-interpreter-v1"]}) == []
+    assert listed({"template": [""]}) == ids
+    # At or after: sandbox(2) started at T0 + 2 s, given here in UTC, with an offset, and as Z.
+    assert listed({"startedAfter": [(T0 + timedelta(seconds=2)).isoformat()]}) == ids[1:]
+    assert listed({"startedAfter": ["2026-01-01T02:00:02.5+02:00"]}) == ids[2:]
+    assert listed({"startedAfter": ["2026-01-01T00:00:01Z"], "template": ["base"]}) == [
+        ids[0],
+        ids[2],
+    ]
+    for bad, message in [
+        ("2026-01-01T00:00:01", "with an offset"),  # no offset: whose local time?
+        ("yesterday", "not an RFC 3339 time"),
+        ("2026-01-01T00:00:01 00:00", "%2B"),  # a + the query parser took for a space
+    ]:
+        with pytest.raises(GatewayError) as e:
+            page(everything, {"startedAfter": [bad]})
+        assert e.value.status == 400
+        assert message in e.value.message and "startedAfter" in e.value.message
+
+
 def test_create_requests_are_checked() -> None:
     assert new_sandbox({"templateID": "base", "metadata": {}, "envVars": {}}) == NewSandbox(
         "base", 300

@@ -2,7 +2,7 @@
 
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import e2b
 import httpx
@@ -74,6 +74,33 @@ def test_list_filters_by_metadata_and_pages() -> None:
     finally:
         for sandbox in [*made, other]:
             sandbox.kill()
+
+
+def test_list_filters_by_template_and_start_time() -> None:
+    """A "kill every sandbox of template X" job must find only those: a filter the gateway
+    ignored would hand it every sandbox."""
+    tag = uuid.uuid4().hex
+    first = Sandbox.create(metadata={"tag": tag})
+    between = datetime.now(UTC)
+    second = Sandbox.create(metadata={"tag": tag})
+    try:
+
+        def listed(**query: object) -> list[str]:
+            asked = SandboxQuery(metadata={"tag": tag}, **query)  # type: ignore[arg-type]
+            return sorted(s.sandbox_id for s in Sandbox.list(query=asked).next_items())
+
+        both = sorted([first.sandbox_id, second.sandbox_id])
+        assert listed(template="base") == both
+        assert listed(template="code-interpreter-v1") == []
+        assert listed(started_after=between) == [second.sandbox_id]
+        # Another offset (sent as +02:00, its + percent-encoded) is the same moment.
+        east = between.astimezone(timezone(timedelta(hours=2)))
+        assert listed(started_after=east) == [second.sandbox_id]
+        assert listed(started_after=between - timedelta(minutes=5)) == both
+        assert listed(started_after=datetime.now(UTC) + timedelta(minutes=5)) == []
+    finally:
+        first.kill()
+        second.kill()
 
 
 def test_pause_then_connect_keeps_the_workspace() -> None:
