@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs, parse_qsl, unquote
 
+from workspace_gateway import not_offered
 from workspace_gateway.backend import Backend, NewSandbox, Sandbox, State
 from workspace_gateway.errors import GatewayError
 
@@ -331,7 +332,16 @@ def _object(body: bytes) -> dict[str, Any]:
     return value
 
 
+def _refusal(message: str) -> Callable[..., Awaitable[Reply]]:
+    async def refuse(*_: object, **__: object) -> Reply:
+        raise GatewayError(501, message)
+
+    return refuse
+
+
 SANDBOX_ID = r"(?P<id>[^/]+)"
+SEGMENT = r"(?:[^/]+)"
+ALIAS = r"(?P<alias>[^/]+)"
 Route = tuple[str, re.Pattern[str], str, Callable[..., Any]]
 """Method, path pattern, the route's template (for the audit log), action."""
 
@@ -380,9 +390,14 @@ class Control:
 
     def _routes(self) -> list[Route]:
         def one(template: str) -> re.Pattern[str]:
-            return re.compile(template.replace("{id}", SANDBOX_ID).replace("{v2}", "(?:v2/)?"))
+            pattern = template.replace("{id}", SANDBOX_ID).replace("{name}", SEGMENT)
+            pattern = pattern.replace("{alias}", ALIAS)
+            return re.compile(pattern.replace("{v2}", "(?:v2/)?"))
 
+        refused = [(r.method, r.template, _refusal(r.message)) for r in not_offered.ROUTES]
+        # A fixed path first: GET /sandboxes/metrics is not the sandbox "metrics".
         table: list[tuple[str, str, Callable[..., Any]]] = [
+            *(r for r in refused if "{" not in r[1]),
             ("POST", "/{v2}sandboxes", self.create),
             ("GET", "/v2/sandboxes", self.list_all),
             ("GET", "/sandboxes", self.list_running),
@@ -392,6 +407,9 @@ class Control:
             ("POST", "/sandboxes/{id}/timeout", self.timeout),
             ("POST", "/sandboxes/{id}/pause", self.pause),
             ("GET", "/sandboxes/{id}/metrics", self.metrics),
+            # Before the routes not offered, where /templates/{name} would take it.
+            ("GET", "/templates/aliases/{alias}", self.template_alias),
+            *(r for r in refused if "{" in r[1]),
         ]
         return [(verb, one(t), t.replace("{v2}", ""), action) for verb, t, action in table]
 
@@ -449,6 +467,12 @@ class Control:
         _object(body)
         await self.backend.suspend(namespace, sandbox_id)
         return Reply(204)
+
+    async def template_alias(self, name: str, **_: object) -> Reply:
+        """`Template.exists`: the templates of this gateway's mapping, the same for everyone."""
+        if name not in self.backend.templates():
+            raise GatewayError(404, f"template {name!r} not found")
+        return Reply(200, {"templateID": name, "public": True})
 
     async def metrics(self, sandbox_id: str, *, namespace: str, **_: object) -> Reply:
         await self.backend.get(namespace, sandbox_id)

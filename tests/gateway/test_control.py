@@ -7,10 +7,12 @@ from urllib.parse import parse_qs, quote, urlencode
 
 import httpx
 import pytest
+from workspace_gateway import not_offered
 from workspace_gateway.app import build_app
 from workspace_gateway.backend import NewSandbox, State, choose
 from workspace_gateway.control import (
     MAX_TIMEOUT,
+    Control,
     metadata_filter,
     new_sandbox,
     page,
@@ -198,7 +200,9 @@ async def client(backend: Sandboxes) -> httpx.AsyncClient:
         ("POST", "/v2/sandboxes", b"[]", KEY, 400, "the request body must be a JSON object"),
         ("POST", "/sandboxes/sbx00000000000000001/timeout", b"{}", KEY, 400, "timeout is required"),
         ("PUT", "/v2/sandboxes", None, KEY, 405, "PUT is not allowed on /v2/sandboxes"),
-        ("GET", "/templates", None, KEY, 404, "no route /templates"),
+        ("GET", "/no-such-route", None, KEY, 404, "no route /no-such-route"),
+        ("GET", "/templates/aliases/nope", None, KEY, 404, "template 'nope' not found"),
+        ("POST", "/snapshots", None, KEY, 405, "POST is not allowed on /snapshots"),
     ],
 )
 async def test_errors_are_e2b_s_json(
@@ -210,6 +214,42 @@ async def test_errors_are_e2b_s_json(
     assert answer.status_code == status
     assert answer.headers["content-type"] == "application/json; charset=utf-8"
     assert answer.json() == {"code": status, "message": message}
+
+
+@pytest.mark.parametrize("route", not_offered.ROUTES, ids=lambda r: f"{r.method} {r.template}")
+async def test_routes_not_offered_answer_501_with_what_to_do_for_any_sandbox(
+    client: httpx.AsyncClient, route: not_offered.NotOffered
+) -> None:
+    """Never a 404 the SDK turns into "not found", and the same for a sandbox of the caller's
+    namespace, of another namespace and none: nothing is looked up."""
+    answers = []
+    for key, sandbox_id in ((KEY, ONE), (OTHER_KEY, ONE), (KEY, "unknown")):
+        path = route.template.replace("{id}", sandbox_id).replace("{name}", "x")
+        answer = await client.request(route.method, path, headers={"X-API-Key": key})
+        answers.append((answer.status_code, answer.json()))
+    assert answers == [(501, {"code": 501, "message": route.message})] * 3
+    assert "not offered by this gateway" in route.message
+    anonymous = await client.request(route.method, route.template.replace("{id}", ONE))
+    assert anonymous.status_code == 401
+
+
+async def test_a_template_of_the_mapping_exists_for_every_key(client: httpx.AsyncClient) -> None:
+    for key in (KEY, OTHER_KEY):
+        answer = await client.get("/templates/aliases/base", headers={"X-API-Key": key})
+        assert (answer.status_code, answer.json()) == (200, {"templateID": "base", "public": True})
+
+
+def test_the_audit_log_names_routes_not_offered_by_their_template(backend: Sandboxes) -> None:
+    control = Control(backend, "sbx.example.com")
+    assert control.resolve("POST", f"/sandboxes/{ONE}/snapshots") == (
+        "POST /sandboxes/{id}/snapshots",
+        ONE,
+    )
+    assert control.resolve("DELETE", "/templates/snap-1") == ("DELETE /templates/{name}", None)
+    assert control.resolve("GET", "/templates/aliases/base") == (
+        "GET /templates/aliases/{alias}",
+        None,
+    )
 
 
 async def test_create_answers_201_with_the_sandbox_s_domain(client: httpx.AsyncClient) -> None:
