@@ -1,4 +1,4 @@
-"""The ASGI app: the two Connect services, `/files`, `/health` and `/init` on one listener.
+"""The ASGI app: the two Connect services and envd's plain routes on one listener.
 
 Authority is decided here, once, before any route runs. The agent fails closed: until `/init`
 has set an access token (after every boot and every restart) it answers nothing but `GET
@@ -37,8 +37,10 @@ from workspace_agent.http import (
     respond,
     respond_connect_error,
     respond_error,
+    respond_json,
 )
 from workspace_agent.identity import Identity
+from workspace_agent.metrics import Sampler
 from workspace_agent.process import ProcessService
 from workspace_agent.state import Agent
 
@@ -57,6 +59,7 @@ Filesystem service keeps the library's 4 MiB: its messages hold a path or two.""
 
 def build_app(agent: Agent, processes: ProcessService) -> ASGIApp:
     identity = Identity(privileged=agent.users.privileged)
+    sampler = Sampler(agent.root)
     rpc: dict[str, ASGIApp] = {
         "/process.Process/": cast(
             "ASGIApp", ProcessASGIApplication(processes, read_max_bytes=MAX_PROCESS_MESSAGE)
@@ -78,7 +81,7 @@ def build_app(agent: Agent, processes: ProcessService) -> ASGIApp:
         elif service is not None:
             await service(scope, receive, send)
         else:
-            await _http(agent, identity, scope, receive, send)
+            await _http(agent, identity, scope, receive, send, sampler=sampler)
 
     return app
 
@@ -126,7 +129,13 @@ def is_local(client: tuple[str, int] | None) -> bool:
 
 
 async def _http(
-    agent: Agent, identity: Identity, scope: Scope, receive: Receive, send: Send
+    agent: Agent,
+    identity: Identity,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    *,
+    sampler: Sampler,
 ) -> None:
     path: str = scope["path"]
     method: str = scope["method"]
@@ -141,6 +150,8 @@ async def _http(
         await respond_error(send, AgentError(Code.INVALID_ARGUMENT, f"{method} not allowed"))
     elif not agent.session.token_matches(header(scope, "x-access-token")):
         await respond_error(send, UNAUTHORIZED)
+    elif path == "/metrics" and method == "GET":
+        await respond_json(send, 200, await sampler.sample())
     else:
         await respond_error(send, AgentError(Code.NOT_FOUND, f"no route {path}"))
 

@@ -110,7 +110,7 @@ def build_app(
     streams: proxy.Streams | None = None,
 ) -> ASGIApp:
     """The gateway's ASGI app; `streams` caps the data plane's (default: proxy's defaults)."""
-    control = Control(backend, domain)
+    control = Control(backend, domain, http)
     streams = streams or proxy.Streams()
     reinits = Reinits(backend)
 

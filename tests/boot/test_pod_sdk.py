@@ -94,6 +94,13 @@ def test_the_sdk_works_in_the_rendered_pod_and_its_hardening_holds(platform: Pod
     )
     assert shell(sandbox, npm).endswith("true\nrc=0\n"), shell(sandbox, "env")
 
+    # A sample of what the sandbox sees, through the gateway from the agent in the pod.
+    (sample,) = sandbox.get_metrics()
+    assert sample.cpu_count >= 1
+    assert 0.0 <= sample.cpu_used_pct <= 100.0
+    assert 0 < sample.mem_used < sample.mem_total
+    assert 0 < sample.disk_used <= sample.disk_total
+
     # The spec's hardening, as the process inside sees it.
     assert shell(sandbox, "touch /usr/planted").endswith("rc=1\n")
     root_options = "awk '$5 == \"/\" { print $6 }' /proc/self/mountinfo"

@@ -108,6 +108,17 @@ def test_one_workspace_root_for_files_and_commands_as_the_user(tier: Tier) -> No
     assert tier.run("echo $GREETING") == "hello\n"
 
 
+def test_metrics_are_the_guest_s(tier: Tier) -> None:
+    """The agent reads the guest kernel: QEMU's two CPUs and its 2048M, less what the guest
+    kernel keeps for itself, whatever the host has."""
+    (sample,) = tier.sandbox.get_metrics()
+    assert sample.cpu_count == 2
+    assert 1536 * 2**20 < sample.mem_total <= 2048 * 2**20, sample
+    assert 0 < sample.mem_used < sample.mem_total
+    assert 0 < sample.disk_used <= sample.disk_total
+    assert 0.0 <= sample.cpu_used_pct <= 100.0
+
+
 def test_ssh_takes_the_specs_key_alone_into_the_workspace(tier: Tier) -> None:
     machine = tier.machine
     login = machine.ssh(tier.key, "pwd; whoami")

@@ -1,7 +1,7 @@
 """The control API's pieces: the metadata filter, pages, create requests and error shapes."""
 
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from urllib.parse import parse_qs, quote, urlencode
 
@@ -14,6 +14,7 @@ from workspace_gateway.control import (
     MAX_TIMEOUT,
     Control,
     metadata_filter,
+    metric_json,
     new_sandbox,
     page,
     page_token,
@@ -134,6 +135,46 @@ def test_lists_filter_by_template_and_start_time() -> None:
         assert message in e.value.message and "startedAfter" in e.value.message
 
 
+def test_an_agent_sample_becomes_e2b_s_metric_and_a_bad_one_is_a_502() -> None:
+    envd = {
+        "ts": 1767225601,
+        "cpu_count": 2,
+        "cpu_used_pct": 12.5,
+        "mem_total": 4 * 2**30,
+        "mem_used": 2**30,
+        "mem_cache": 2**29,
+        "mem_total_mib": 4096,
+        "mem_used_mib": 1024,
+        "disk_used": 10,
+        "disk_total": 20,
+    }
+    assert metric_json(envd) == {
+        "timestamp": "2026-01-01T00:00:01Z",
+        "timestampUnix": 1767225601,
+        "cpuCount": 2,
+        "cpuUsedPct": 12.5,
+        "memUsed": 2**30,
+        "memTotal": 4 * 2**30,
+        "memCache": 2**29,
+        "diskUsed": 10,
+        "diskTotal": 20,
+    }
+    for bad in ({}, {**envd, "ts": "soon"}, {**envd, "cpu_count": None}):
+        with pytest.raises(GatewayError) as e:
+            metric_json(bad)
+        assert e.value.status == 502
+
+
+async def test_metrics_ranges_are_unix_seconds(client: httpx.AsyncClient) -> None:
+    answer = await client.get(
+        f"/sandboxes/{ONE}/metrics", params={"start": "yesterday"}, headers={"X-API-Key": KEY}
+    )
+    assert (answer.status_code, answer.json()["message"]) == (
+        400,
+        "start must be a time in Unix seconds",
+    )
+
+
 def test_create_requests_are_checked() -> None:
     assert new_sandbox({"templateID": "base", "metadata": {}, "envVars": {}}) == NewSandbox(
         "base", 300
@@ -163,13 +204,15 @@ def backend() -> Sandboxes:
 
 
 @pytest.fixture
-async def client(backend: Sandboxes) -> httpx.AsyncClient:
+async def client(backend: Sandboxes) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient() as upstream:
         keys = StaticKeys({KEY: "a", OTHER_KEY: "b"})
         app = build_app(backend, upstream, keys=keys, domain="sbx.example.com")
-        return httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://api.sbx.example.com"
-        )
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://api.sbx.example.com"
+        ) as edge:
+            yield edge
 
 
 @pytest.mark.parametrize(

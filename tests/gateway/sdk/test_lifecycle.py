@@ -119,6 +119,19 @@ def test_what_is_not_offered_says_so_and_never_not_found(sandbox: Sandbox) -> No
     assert e2b.Template.exists("no-such-template") is False
 
 
+def test_metrics_are_a_sample_the_agent_takes_now(sandbox: Sandbox) -> None:
+    before = datetime.now(UTC) - timedelta(seconds=2)
+    (sample,) = sandbox.get_metrics()
+    assert sample.cpu_count >= 1
+    assert 0.0 <= sample.cpu_used_pct <= 100.0
+    assert 0 < sample.mem_used < sample.mem_total
+    assert 0 < sample.disk_used <= sample.disk_total
+    assert before <= sample.timestamp <= datetime.now(UTC) + timedelta(seconds=2)
+    # No history is kept: a range that ends before now has no samples.
+    assert sandbox.get_metrics(end=before - timedelta(minutes=1)) == []
+    assert len(sandbox.get_metrics(start=before)) == 1
+
+
 def test_pause_then_connect_keeps_the_workspace() -> None:
     sandbox = Sandbox.create()
     try:
@@ -166,10 +179,6 @@ def test_an_unknown_sandbox_is_not_found() -> None:
     with pytest.raises(e2b.SandboxNotFoundException):
         Sandbox.set_timeout("nosuchsandbox0000000", 60)
     assert Sandbox.kill("nosuchsandbox0000000") is False
-
-
-def test_metrics_are_an_empty_list(sandbox: Sandbox) -> None:
-    assert sandbox.get_metrics() == []
 
 
 def test_unoffered_features_are_refused_clearly(gateway_url: str, key: str) -> None:
