@@ -18,7 +18,7 @@ from urllib.parse import parse_qs
 
 import httpx
 
-from workspace_gateway import audit, credentials, proxy
+from workspace_gateway import audit, credentials, idempotency, proxy
 from workspace_gateway.asgi import ASGIApp, Receive, Scope, Send, header, respond_json
 from workspace_gateway.backend import Backend, Sandbox, State, choose
 from workspace_gateway.control import Control
@@ -179,6 +179,7 @@ async def _control(  # noqa: PLR0917  # the ASGI call's parts
         scope.get("query_string", b"").decode("latin-1"),
         body,
         acts=lambda: keys.acts(principal),
+        idempotency_key=header(scope, idempotency.HEADER),
     )
     await respond_json(send, reply.status, reply.body, reply.headers)
 

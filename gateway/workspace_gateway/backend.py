@@ -33,6 +33,8 @@ class NewSandbox:
     network: dict[str, Any] | None = None
     """The WorkspaceSandbox's `spec.network` the caller's egress settings stand for; None: the
     template's (the internet)."""
+    idempotency_key: str | None = None
+    """The create's `Idempotency-Key` (`idempotency.py`): a retry gets the same sandbox."""
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,14 @@ import ipaddress
 import json
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs, parse_qsl, unquote
 
 import httpx
 
-from workspace_gateway import not_offered
+from workspace_gateway import idempotency, not_offered
 from workspace_gateway.backend import Backend, NewSandbox, Sandbox, State
 from workspace_gateway.errors import GatewayError
 
@@ -386,6 +386,7 @@ class Control:
         self.domain = domain
         self.http = http
         """For the agents' `/metrics`; without it (route tests) a sandbox has no samples."""
+        self.locks = idempotency.Locks()
         self.routes = self._routes()
 
     async def handle(
@@ -397,6 +398,7 @@ class Control:
         body: bytes,
         *,
         acts: Callable[[], Awaitable[bool]] = always,
+        idempotency_key: str | None = None,
     ) -> Reply:
         """Answer one call of the tenant whose namespace this is; nothing outside it is seen.
 
@@ -408,7 +410,12 @@ class Control:
             match = pattern.fullmatch(path)
             if match and verb == method:
                 return await action(  # type: ignore[no-any-return]  # the route table erases each action's type
-                    *match.groups(), namespace=namespace, query=query, body=body, acts=acts
+                    *match.groups(),
+                    namespace=namespace,
+                    query=query,
+                    body=body,
+                    acts=acts,
+                    idempotency_key=idempotency_key,
                 )
         if any(p.fullmatch(path) for _, p, _, _ in self.routes):
             raise GatewayError(405, f"{method} is not allowed on {path}")
@@ -447,11 +454,18 @@ class Control:
         ]
         return [(verb, one(t), t.replace("{v2}", ""), action) for verb, t, action in table]
 
-    async def create(self, *, namespace: str, body: bytes, **_: object) -> Reply:
-        request = new_sandbox(_object(body))
+    async def create(
+        self, *, namespace: str, body: bytes, idempotency_key: str | None, **_: object
+    ) -> Reply:
+        key = idempotency.key_of(idempotency_key)
+        request = replace(new_sandbox(_object(body)), idempotency_key=key)
         if request.template not in self.backend.templates():
             raise GatewayError(404, f"template {request.template!r} not found")
-        sandbox = await self.backend.create(namespace, request)
+        if key is None:
+            sandbox = await self.backend.create(namespace, request)
+        else:
+            async with self.locks.hold(namespace, key):
+                sandbox = await self.backend.create(namespace, request)
         return Reply(201, sandbox_json(sandbox, self.domain))
 
     async def connect(self, sandbox_id: str, *, namespace: str, body: bytes, **_: object) -> Reply:

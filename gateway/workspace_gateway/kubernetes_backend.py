@@ -45,6 +45,7 @@ from kubernetes.client.exceptions import ApiException
 from workspace_gateway import audit, sealed
 from workspace_gateway.backend import INITIALIZED, NewSandbox, Sandbox, State, always
 from workspace_gateway.errors import GatewayError, not_found
+from workspace_gateway.idempotency import Keyed, fingerprint, label_of, replayed
 from workspace_gateway.kubernetes_pools import (
     HANDED_OUT,
     LIMITS_CONFIGMAP,
@@ -76,6 +77,8 @@ TEMPLATE, STARTED, END, AUTO_PAUSE = (
     f"{PREFIX}{n}" for n in ("template", "started-at", "end-at", "auto-pause")
 )
 METADATA, ENV_VARS, MARK = f"{PREFIX}metadata", f"{PREFIX}env-vars", f"{PREFIX}mark"
+# The create's Idempotency-Key, as a label to find it by, and what the create asked for.
+KEY_LABEL, REQUEST_NOTE = f"{PREFIX}idempotency-key", f"{PREFIX}idempotency-request"
 CACHED_LABELS = frozenset({ID_LABEL, POOL_LABEL, POOL_TEMPLATE_LABEL})
 ID_ALPHABET = string.ascii_lowercase + string.digits
 ID_LENGTH = 20
@@ -169,6 +172,8 @@ def _callers(
         METADATA: json.dumps(request.metadata, sort_keys=True),
         ENV_VARS: sealed.seal(seed, namespace, sandbox_id, request.env_vars),
     }
+    if request.idempotency_key is not None:
+        annotations[REQUEST_NOTE] = fingerprint(seed, namespace, request)
     size = notes_bytes(annotations)
     if size > MAX_CALLER_NOTES_BYTES:
         # Past this the watch cache would not keep it (`sandbox_view`).
@@ -178,6 +183,13 @@ def _callers(
             f"at most {MAX_CALLER_NOTES_BYTES}",
         )
     return annotations, spec
+
+
+def keyed_labels(namespace: str, request: NewSandbox, seed: bytes) -> dict[str, str]:
+    """The label a create with an Idempotency-Key is found by again."""
+    if request.idempotency_key is None:
+        return {}
+    return {KEY_LABEL: label_of(seed, namespace, request.idempotency_key)}
 
 
 def manifest(
@@ -196,7 +208,7 @@ def manifest(
         "kind": KIND,
         "metadata": {
             "name": where[1],
-            "labels": {ID_LABEL: where[1]},
+            "labels": {ID_LABEL: where[1], **keyed_labels(where[0], request, seed)},
             "annotations": {**annotations, TEMPLATE: template_name, MARK: mark(seed, *where)},
         },
         "spec": {**template.spec(), **spec},
@@ -242,7 +254,7 @@ def handout_patch(
     return {
         "metadata": {
             "resourceVersion": metadata["resourceVersion"],
-            "labels": {POOL_LABEL: HANDED_OUT},
+            "labels": {POOL_LABEL: HANDED_OUT, **keyed_labels(where[0], request, seed)},
             "annotations": {**annotations, READY_NOTE: None},
         },
         "spec": spec,
@@ -434,6 +446,10 @@ class KubernetesBackend:
         template = self.settings.templates.get(request.template)
         if template is None:
             raise GatewayError(404, f"template {request.template!r} not found")
+        if request.idempotency_key is not None:
+            earlier = await self._made_with(namespace, request)
+            if earlier is not None:
+                return earlier
         began = asyncio.get_running_loop().time()
         pooled = template.pool.size > 0
         # A member was made with the template's network; one that asks for less is made cold,
@@ -465,6 +481,35 @@ class KubernetesBackend:
             with contextlib.suppress(GatewayError):
                 await self._delete(namespace, sandbox_id)
             raise
+
+    async def _made_with(self, namespace: str, request: NewSandbox) -> Sandbox | None:
+        """The sandbox a create with the same key made, once usable.
+
+        Asked of the API server, which a retry on another replica reaches as well as this one.
+        """
+        assert request.idempotency_key is not None  # noqa: S101  # the caller checked
+        seed = self.settings.seed
+        asked = Keyed(
+            label_of(seed, namespace, request.idempotency_key),
+            fingerprint(seed, namespace, request),
+        )
+
+        def listing(**options: Any) -> Any:
+            return self.custom.list_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, **options
+            )
+
+        selector = f"{ID_LABEL},{KEY_LABEL}={asked.label}"
+        now = datetime.now(UTC)
+        for obj in await self._pages(listing, selector, lambda o: o):
+            if is_deleting(obj):
+                continue
+            notes = obj["metadata"].get("annotations") or {}
+            keyed = Keyed(asked.label, notes.get(REQUEST_NOTE, ""))
+            started = _moment(notes.get(STARTED), datetime.fromtimestamp(0, UTC))
+            if replayed(keyed, asked, started, now):
+                return await self._ready(namespace, obj["metadata"]["name"])
+        return None
 
     async def get(self, namespace: str, sandbox_id: str) -> Sandbox:
         return sandbox_of(await self._get(namespace, sandbox_id), self.settings)

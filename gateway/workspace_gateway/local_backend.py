@@ -31,6 +31,7 @@ import httpx
 from workspace_gateway import audit
 from workspace_gateway.backend import INITIALIZED, NewSandbox, Sandbox, State, always
 from workspace_gateway.errors import GatewayError, not_found
+from workspace_gateway.idempotency import Keyed, fingerprint, label_of, replayed
 from workspace_gateway.metrics import Metrics
 
 TEMPLATES = frozenset({"base"})
@@ -83,6 +84,8 @@ class _Entry:
     env_vars: dict[str, str]
     process: asyncio.subprocess.Process | None
     lock: asyncio.Lock
+    keyed: Keyed | None = None
+    """The `Idempotency-Key` it was made with (`idempotency.py`)."""
 
 
 class LocalBackend:
@@ -118,6 +121,8 @@ class LocalBackend:
         self.processes: dict[asyncio.subprocess.Process, int] = {}
         self.ports: set[int] = set()
         self.http = httpx.AsyncClient(timeout=10.0, trust_env=False)
+        self.seed = secrets.token_bytes(32)
+        """Keys the idempotency fingerprints of this process's sandboxes."""
 
     def templates(self) -> frozenset[str]:
         return TEMPLATES
@@ -135,6 +140,9 @@ class LocalBackend:
             raise GatewayError(
                 400, "egress restrictions (network, allow_internet_access) need --kubernetes"
             )
+        asked = self._keyed(namespace, request)
+        if asked is not None and (earlier := self._made_with(namespace, asked)) is not None:
+            return earlier
         arrived = time.monotonic()
         key = (namespace, request.template)
         sandbox = None
@@ -153,7 +161,28 @@ class LocalBackend:
             if self.metrics is not None:
                 seconds = time.monotonic() - arrived
                 self.metrics.served(namespace, request.template, hit=hit, seconds=seconds)
+        if asked is not None and (made := self.entries.get(sandbox.sandbox_id)) is not None:
+            made.keyed = asked
         return sandbox
+
+    def _keyed(self, namespace: str, request: NewSandbox) -> Keyed | None:
+        if request.idempotency_key is None:
+            return None
+        return Keyed(
+            label_of(self.seed, namespace, request.idempotency_key),
+            fingerprint(self.seed, namespace, request),
+        )
+
+    def _made_with(self, namespace: str, asked: Keyed) -> Sandbox | None:
+        """The sandbox a create with the same key made, if it is still here."""
+        now = datetime.now(UTC)
+        for entry in self.entries.values():
+            sandbox = entry.sandbox
+            if sandbox.namespace != namespace or entry.keyed is None:
+                continue
+            if replayed(entry.keyed, asked, sandbox.started_at, now):
+                return sandbox
+        return None
 
     async def _cold(self, namespace: str, request: NewSandbox) -> Sandbox:
         entry = self._new_entry(namespace, request.template)

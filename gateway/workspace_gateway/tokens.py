@@ -52,7 +52,10 @@ VERBS: dict[str, tuple[str, ...]] = {
     "POST /sandboxes/{id}/timeout": ("patch",),
     "POST /sandboxes/{id}/pause": ("patch",),
     "GET /sandboxes/{id}/metrics": ("get",),
+    # Which templates exist: for whoever may list sandboxes.
+    "GET /templates/aliases/{alias}": ("list",),
 }
+"""The routes not offered (`not_offered.py`) need none: they answer 501 to any caller."""
 
 # What a caller must be allowed to do on `workspacesandboxes` to be given a sandbox's access
 # token when it reads one (create and connect need create, and get and patch, anyway).

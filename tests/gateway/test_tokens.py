@@ -20,12 +20,14 @@ import uvicorn
 from e2b import Sandbox
 from e2b.exceptions import AuthenticationException, RateLimitException, SandboxException
 from kubernetes import client, config
+from workspace_gateway import not_offered
 from workspace_gateway.app import build_app
 from workspace_gateway.control import Control
 from workspace_gateway.errors import GatewayError
 from workspace_gateway.kubernetes_backend import PLURAL, KubernetesBackend, Settings
 from workspace_gateway.tokens import (
     MAX_STRANGERS_IN_FLIGHT,
+    VERBS,
     Cache,
     TokenReviews,
     User,
@@ -259,6 +261,7 @@ ROUTES = [
     ("POST", "/sandboxes/{id}/timeout", ["patch"]),
     ("POST", "/sandboxes/{id}/pause", ["patch"]),
     ("GET", "/sandboxes/{id}/metrics", ["get"]),
+    ("GET", "/templates/aliases/base", ["list"]),
 ]
 
 
@@ -285,7 +288,9 @@ def test_the_verb_table_covers_every_control_route() -> None:
     control = Control(backend=None, domain="x")  # type: ignore[arg-type]  # routes only
     named = {control.resolve(m, p.replace("{id}", "z" * 20))[0] for m, p, _ in ROUTES}
     every = {f"{verb} {template}" for verb, _, template, _ in control.routes}
-    assert named == every
+    refused = {f"{r.method} {r.template}" for r in not_offered.ROUTES}
+    assert named == every - refused
+    assert named == set(VERBS)
 
 
 async def test_reviews_are_cached_per_token_namespace_and_verb_for_a_short_time(
