@@ -479,7 +479,13 @@ def test_two_replicas_hand_each_pool_member_out_once(world: World) -> None:
             assert sandbox.commands.run("echo warm").stdout == "warm\n"
         audit = "".join(r.output() for r in replicas)
         assert (audit.count('"pool":"hit"'), audit.count('"pool":"miss"')) == (2, 1)
-        for sandbox in (cold, *created):
+        # A create with an Idempotency-Key on one replica, retried on the other: the retry
+        # finds it by its label on the API server, whether a member was handed out or not.
+        first = Sandbox.create(idempotency_key="retry-1", **world.sdk(replicas[0], key))
+        again = Sandbox.create(idempotency_key="retry-1", **world.sdk(replicas[1], key))
+        assert again.sandbox_id == first.sandbox_id
+        assert again.commands.run("echo once").stdout == "once\n"
+        for sandbox in (cold, *created, first):
             assert sandbox.kill() is True
     finally:
         for replica in replicas:
