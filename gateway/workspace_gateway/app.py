@@ -130,6 +130,8 @@ def build_app(
         try:
             if target is None:
                 entry.route, entry.sandbox_id = control.resolve(scope["method"], scope["path"])
+                if unroutable_signed_url(scope):
+                    raise GatewayError(421, UNROUTABLE_SIGNED_URL)
                 await _control(control, keys, entry, scope, receive, send)
             else:
                 entry.sandbox_id = target.sandbox_id
@@ -152,6 +154,22 @@ def build_app(
             audit.write(entry)
 
     return app
+
+
+UNROUTABLE_SIGNED_URL = (
+    "this signed file URL names no sandbox: over plain HTTP the SDK routes to a sandbox by a "
+    "header a browser or curl doesn't send. Serve the gateway with a domain and TLS, so that "
+    "download_url and upload_url read https://49983-<sandbox id>.<domain>/files "
+    "(docs/gateway.md, HTTPS), or read and write the file through the SDK"
+)
+
+
+def unroutable_signed_url(scope: Scope) -> bool:
+    """A sandbox's signed `/files` URL that reached the control API: it has no sandbox ID."""
+    if scope["path"] != "/files":
+        return False
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    return "signature" in query
 
 
 async def _control(  # noqa: PLR0917  # the ASGI call's parts

@@ -103,6 +103,20 @@ def test_compressed_downloads_pass_through_as_they_are(sandbox: Sandbox, gateway
     assert plain == text
 
 
+def test_a_signed_url_without_the_sandbox_s_header_says_why(sandbox: Sandbox) -> None:
+    """Over plain HTTP the SDK's signed URLs carry no sandbox ID: a browser that opens one is
+    told so, never that its API key is wrong."""
+    sandbox.files.write("a.txt", "hello")
+    for answer in (
+        httpx.get(sandbox.download_url("a.txt")),
+        httpx.post(sandbox.upload_url("b.txt"), files={"file": ("b.txt", b"up")}),
+    ):
+        assert answer.status_code == 421, answer.text
+        message = answer.json()["message"]
+        assert "names no sandbox" in message and "49983-<sandbox id>.<domain>" in message
+    assert not sandbox.files.exists("b.txt")
+
+
 def test_init_is_refused_from_outside(sandbox: Sandbox, gateway_url: str) -> None:
     for path in ("/init", "/freeze", "/unfreeze", "/fsfreeze", "/fsthaw", "/collapse"):
         answer = httpx.post(
