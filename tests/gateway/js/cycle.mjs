@@ -1,0 +1,48 @@
+// The npm e2b SDK's core cycle against the gateway named by E2B_API_URL and E2B_SANDBOX_URL
+// (tests/gateway/test_js_sdk.py runs it). Each check throws on a difference; the last line
+// printed is one JSON object of what was seen, which the Python side checks again.
+import assert from 'node:assert/strict'
+import { Sandbox, SandboxError, NotFoundError } from 'e2b'
+
+const tag = `js-${process.pid}-${Date.now()}`
+const seen = {}
+const first = await Sandbox.create('base', { metadata: { tag }, envs: { GREETING: 'hello' } })
+const between = new Date()
+const second = await Sandbox.create('base', { metadata: { tag } })
+try {
+  seen.id = first.sandboxId
+  const ran = await first.commands.run('echo $GREETING; id -un')
+  seen.stdout = ran.stdout
+  await first.files.write('notes/from-js.txt', 'written by node')
+  seen.read = await first.files.read('notes/from-js.txt')
+  seen.entries = (await first.files.list('notes')).map((e) => e.name)
+
+  const listed = async (query) => {
+    const pages = Sandbox.list({ query: { metadata: { tag }, ...query } })
+    const ids = []
+    while (pages.hasNext) ids.push(...(await pages.nextItems()).map((s) => s.sandboxId))
+    return ids.sort()
+  }
+  seen.both = await listed({})
+  seen.byTemplate = await listed({ template: 'base' })
+  seen.otherTemplate = await listed({ template: 'code-interpreter-v1' })
+  seen.startedAfter = await listed({ startedAfter: between })
+
+  const metrics = await first.getMetrics()
+  assert.equal(metrics.length, 1)
+  seen.metrics = { cpuCount: metrics[0].cpuCount, memTotal: metrics[0].memTotal }
+
+  try {
+    await first.createSnapshot()
+    assert.fail('a snapshot was made')
+  } catch (e) {
+    assert.ok(e instanceof SandboxError, String(e))
+    assert.ok(!(e instanceof NotFoundError), String(e))
+    seen.snapshot = e.message
+  }
+  assert.equal(await first.isRunning(), true)
+} finally {
+  seen.killed = [await first.kill(), await second.kill(), await first.kill()]
+}
+seen.second = second.sandboxId
+console.log(JSON.stringify(seen))

@@ -1,0 +1,66 @@
+"""The npm `e2b` SDK (pinned in tests/gateway/js) through `workspace-sandbox-gateway --local`.
+
+Node runs tests/gateway/js/cycle.mjs against the gateway; `scripts/js-sdk install` puts the
+SDK in the test cache (CI runs it). Without Node or the SDK this is skipped naming the
+command, and with `CI` set it fails.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.gateway.sdk.conftest import Gateway, gateway  # noqa: F401  # `gateway`: the fixture
+
+ROOT = Path(__file__).resolve().parents[2]
+JS = ROOT / "tests" / "gateway" / "js"
+
+
+def installed() -> Path:
+    node = shutil.which("node")
+    found = subprocess.run(
+        [str(ROOT / "scripts" / "js-sdk"), "path"], capture_output=True, text=True, check=False
+    )
+    if node is None or found.returncode != 0:
+        message = "the JS SDK tests need node and `scripts/js-sdk install`"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return Path(found.stdout.strip())
+
+
+def test_the_npm_sdk_s_core_cycle(
+    gateway: Gateway,  # noqa: F811  # the fixture
+    tmp_path: Path,
+) -> None:
+    sdk = installed()
+    (tmp_path / "node_modules").symlink_to(sdk / "node_modules")
+    shutil.copy(JS / "package.json", tmp_path)
+    shutil.copy(JS / "cycle.mjs", tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
+    env |= {"E2B_API_KEY": gateway.key, "E2B_API_URL": gateway.url, "E2B_SANDBOX_URL": gateway.url}
+    ran = subprocess.run(
+        ["node", "cycle.mjs"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr[-4000:]
+    seen = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert seen["stdout"].splitlines()[0] == "hello"
+    assert seen["read"] == "written by node"
+    assert seen["entries"] == ["from-js.txt"]
+    both = sorted([seen["id"], seen["second"]])
+    assert seen["both"] == seen["byTemplate"] == both
+    assert seen["otherTemplate"] == []
+    assert seen["startedAfter"] == [seen["second"]]
+    assert seen["metrics"]["cpuCount"] >= 1
+    assert seen["metrics"]["memTotal"] > 0
+    assert "501" in seen["snapshot"] and "spec.snapshots" in seen["snapshot"]
+    assert seen["killed"] == [True, True, False]
