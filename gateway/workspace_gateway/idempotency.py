@@ -60,6 +60,11 @@ class Keyed:
     label: str
     fingerprint: str
 
+    @classmethod
+    def of(cls, seed: bytes, namespace: str, key: str, request: NewSandbox) -> "Keyed":
+        """What a create with `key` asks to find."""
+        return cls(label_of(seed, namespace, key), fingerprint(seed, namespace, request))
+
 
 def replayed(keyed: Keyed, asked: Keyed, started_at: datetime, now: datetime) -> bool:
     """Whether a sandbox made with `keyed` is the answer to a create that asks with `asked`."""

@@ -488,20 +488,11 @@ class KubernetesBackend:
         Asked of the API server, which a retry on another replica reaches as well as this one.
         """
         assert request.idempotency_key is not None  # noqa: S101  # the caller checked
-        seed = self.settings.seed
-        asked = Keyed(
-            label_of(seed, namespace, request.idempotency_key),
-            fingerprint(seed, namespace, request),
-        )
-
-        def listing(**options: Any) -> Any:
-            return self.custom.list_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, **options
-            )
+        asked = Keyed.of(self.settings.seed, namespace, request.idempotency_key, request)
 
         selector = f"{ID_LABEL},{KEY_LABEL}={asked.label}"
         now = datetime.now(UTC)
-        for obj in await self._pages(listing, selector, lambda o: o):
+        for obj in await self._pages(self._listing(namespace), selector, dict):
             if is_deleting(obj):
                 continue
             notes = obj["metadata"].get("annotations") or {}
@@ -519,13 +510,14 @@ class KubernetesBackend:
 
         A tenant's objects may be as large as etcd allows: a page of CALL_PAGE holds few.
         """
-
-        def listing(**options: Any) -> Any:
-            return self.custom.list_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, **options
-            )
-
+        listing = self._listing(namespace)
         return [*await self._pages(listing, ID_LABEL, lambda o: sandbox_of(o, self.settings))]
+
+    def _listing(self, namespace: str) -> Callable[..., Any]:
+        """A list call of the namespace's sandboxes, for `_pages`."""
+        return functools.partial(
+            self.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL
+        )
 
     async def _pages(
         self, listing: Callable[..., Any], selector: str, keep: Callable[[dict[str, Any]], T]

@@ -31,7 +31,7 @@ import httpx
 from workspace_gateway import audit
 from workspace_gateway.backend import INITIALIZED, NewSandbox, Sandbox, State, always
 from workspace_gateway.errors import GatewayError, not_found
-from workspace_gateway.idempotency import Keyed, fingerprint, label_of, replayed
+from workspace_gateway.idempotency import Keyed, replayed
 from workspace_gateway.metrics import Metrics
 
 TEMPLATES = frozenset({"base"})
@@ -168,10 +168,7 @@ class LocalBackend:
     def _keyed(self, namespace: str, request: NewSandbox) -> Keyed | None:
         if request.idempotency_key is None:
             return None
-        return Keyed(
-            label_of(self.seed, namespace, request.idempotency_key),
-            fingerprint(self.seed, namespace, request),
-        )
+        return Keyed.of(self.seed, namespace, request.idempotency_key, request)
 
     def _made_with(self, namespace: str, asked: Keyed) -> Sandbox | None:
         """The sandbox a create with the same key made, if it is still here."""

@@ -5,7 +5,6 @@ the header on every attempt of one create.
 """
 
 import asyncio
-import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,7 +18,11 @@ from workspace_gateway.idempotency import Keyed, Locks, fingerprint, key_of, lab
 from workspace_gateway.kubernetes_backend import KEY_LABEL, PLURAL
 
 from tests.gateway import kube_fake
-from tests.gateway.sdk.conftest import Gateway, gateway  # noqa: F401  # `gateway`: the fixture
+from tests.gateway.sdk.conftest import (  # `gateway`: the fixture
+    Gateway,
+    gateway,  # noqa: F401
+    point_sdk_at,
+)
 from tests.gateway.stand_in import serving
 
 SEED = b"s" * 32
@@ -98,12 +101,7 @@ def check_the_cycle(first: Sandbox, again: Sandbox) -> None:
 @pytest.fixture
 def local(gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811  # the fixture
     """The SDK pointed at `workspace-sandbox-gateway --local`, as tests/gateway/sdk does."""
-    for name in list(os.environ):
-        if name.startswith("E2B_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("E2B_API_KEY", gateway.key)
-    monkeypatch.setenv("E2B_API_URL", gateway.url)
-    monkeypatch.setenv("E2B_SANDBOX_URL", gateway.url)
+    point_sdk_at(gateway, monkeypatch)
 
 
 @pytest.mark.usefixtures("local")

@@ -13,7 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.gateway.sdk.conftest import Gateway, gateway  # noqa: F401  # `gateway`: the fixture
+from tests.gateway.sdk.conftest import (  # `gateway`: the fixture
+    Gateway,
+    gateway,  # noqa: F401
+    sdk_environment,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 JS = ROOT / "tests" / "gateway" / "js"
@@ -41,7 +45,7 @@ def test_the_npm_sdk_s_core_cycle(
     shutil.copy(JS / "package.json", tmp_path)
     shutil.copy(JS / "cycle.mjs", tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
-    env |= {"E2B_API_KEY": gateway.key, "E2B_API_URL": gateway.url, "E2B_SANDBOX_URL": gateway.url}
+    env |= sdk_environment(gateway)
     ran = subprocess.run(
         ["node", "cycle.mjs"],
         cwd=tmp_path,

@@ -68,14 +68,26 @@ def gateway() -> Iterator[Gateway]:
         pytest.fail("the gateway did not stop within 15 s of SIGTERM")
 
 
-@pytest.fixture(autouse=True)
-def sdk_env(gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
+def sdk_environment(gateway: Gateway) -> dict[str, str]:
+    """What points an SDK (Python's or Node's) at `gateway`, and no other `E2B_` setting."""
+    return {
+        "E2B_API_KEY": gateway.key,
+        "E2B_API_URL": gateway.url,
+        "E2B_SANDBOX_URL": gateway.url,
+    }
+
+
+def point_sdk_at(gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("E2B_"):
             monkeypatch.delenv(name)
-    monkeypatch.setenv("E2B_API_KEY", gateway.key)
-    monkeypatch.setenv("E2B_API_URL", gateway.url)
-    monkeypatch.setenv("E2B_SANDBOX_URL", gateway.url)
+    for name, value in sdk_environment(gateway).items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.fixture(autouse=True)
+def sdk_env(gateway: Gateway, monkeypatch: pytest.MonkeyPatch) -> None:
+    point_sdk_at(gateway, monkeypatch)
 
 
 @pytest.fixture
