@@ -124,7 +124,7 @@ def seen(obj: Manifest, status: Mapping[str, Any] | None, *, applied: bool = Tru
 
 
 def applied(out: Rendered, *, hold: Iterable[str] = (), failed: Iterable[str] = ()) -> Observed:
-    """What Crossplane observes after applying `out`: every resource but a ComputePlane.
+    """What Crossplane observes after applying `out`: every resource but a ComputePlane's Object.
 
     A plane's state is the world's, which each test states. Objects in `hold` exist but their
     wrapped object has no status yet; those in `failed` could not be applied.
@@ -132,9 +132,10 @@ def applied(out: Rendered, *, hold: Iterable[str] = (), failed: Iterable[str] = 
     hold, failed = set(hold), set(failed)
     observed: Observed = {}
     for key, m in out.resources.items():
-        if m["kind"] == "ComputePlane":
-            continue
         if m["kind"] == "Object":
+            inner = m["spec"]["forProvider"]["manifest"]
+            if inner["kind"] == "ComputePlane":
+                continue
             inner = m["spec"]["forProvider"]["manifest"]
             status = None if key in hold else settled(inner)
             observed[key] = seen(m, status, applied=key not in failed)

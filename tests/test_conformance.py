@@ -171,10 +171,12 @@ def test_snapshots_and_a_restored_disk_are_schema_valid() -> None:
 
 
 def test_a_compute_plane_is_checked_against_its_application_definition() -> None:
-    plane = render(workspace({"preset": "dedicated-plane"}), PLATFORM, {}, NOW).resources[
+    carrier = render(workspace({"preset": "dedicated-plane"}), PLATFORM, {}, NOW).resources[
         "compute-plane"
     ]
-    assert validate(as_applied(plane)) == []
+    assert validate(as_applied(carrier)) == []
+    plane = carrier["spec"]["forProvider"]["manifest"]
+    assert validate(plane) == []
     groups = {"md0": {"minReplicas": "one", "roles": "ingress-nginx"}}
     broken = {**plane, "spec": {"nodeGroups": groups}}
     assert validate(as_applied(broken)) == [

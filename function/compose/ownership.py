@@ -96,18 +96,20 @@ def _an_application(obj: Mapping[str, Any]) -> bool:
 
 
 def _uncontrollable(ws: WorkspaceSandbox, what: str, name: Any) -> str:
-    """Why a Cozystack application the sandbox composed has no controller.
+    """Why a Cozystack application observed as composed has no controller.
 
     Cozystack's API server stores an application as a Flux HelmRelease and keeps no owner
     reference on it, so Crossplane's controller reference to the XR is dropped as it is written
-    (docs/platform-guide.md, "DedicatedComputePlane on Cozystack's API").
+    (docs/platform-guide.md, "DedicatedComputePlane on Cozystack's API"). A sandbox composes its
+    plane through a provider-kubernetes Object; one composed directly (by a version before that)
+    can never be deleted with the sandbox.
     """
     return (
         f"{what} has no controller reference: Cozystack's API server keeps no owner references "
-        "on its applications, so this preset's DedicatedComputePlane placement can't compose "
-        "a plane there, and the plane would outlive the sandbox. Use a SharedComputePlane "
-        f"preset, and delete the plane made for this sandbox: kubectl delete computeplane "
-        f"{name} -n {ws.metadata.namespace}"
+        "on its applications, so a plane composed directly would outlive the sandbox. This "
+        "sandbox now creates its plane through a provider-kubernetes Object, which deletes it "
+        f"with the sandbox: delete the plane made before (kubectl delete computeplane {name} "
+        f"-n {ws.metadata.namespace}) and the sandbox creates it again"
     )
 
 

@@ -147,7 +147,9 @@ def in_plane(
 ) -> Placement:
     """The plane, then Objects carrying the sandbox's parts into it, stage by stage."""
     stays_in_plane(ws, preset_name, preset, plane.name_of(ws, preset), observed)
-    target = plane.compute_plane(ws, preset_name, preset, observed, required)
+    target = plane.compute_plane(
+        ws, preset_name, preset, platform=platform, observed=observed, required=required
+    )
     inside = unwrap(observed)
     runs = workloads.of(preset, inside)
     sized = size(ws, preset_name, preset, image)
@@ -361,7 +363,8 @@ def _placed(observed: Observed) -> bool:
     """Whether anything is already in the plane: then nothing may leave the desired state."""
     return any(
         dig(obj, "kind") == "Object" and dig(obj, "apiVersion") == kubernetes_object.API_VERSION
-        for obj in observed.values()
+        for key, obj in observed.items()
+        if key != PLANE_KEY
     )
 
 

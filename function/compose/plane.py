@@ -1,8 +1,10 @@
 """The ComputePlane a sandbox runs in: a Cozystack tenant cluster, composed or shared.
 
 A ComputePlane is a tenant's own Kamaji cluster whose workers are KubeVirt VMs. A
-`DedicatedComputePlane` preset composes one per sandbox; a `SharedComputePlane` preset places
-sandboxes into the tenant's existing plane, which this function never composes or changes.
+`DedicatedComputePlane` preset composes one per sandbox, as a provider-kubernetes Object (the
+plane itself, on Cozystack's API server, can't carry the controller reference that deletes it
+with the sandbox); a `SharedComputePlane` preset places sandboxes into the tenant's existing
+plane, which this function never composes or changes.
 
 The plane's admin kubeconfig is withheld from the tenant. A namespaced provider-kubernetes
 ProviderConfig points at its Secret, and every object placed in the plane is an `Object` using
@@ -13,10 +15,13 @@ name); it never reads its data.
 from dataclasses import dataclass, field
 from typing import Any
 
+from function.compose import kubernetes_object
+from function.compose.kubernetes_object import condition_query, unwrap
 from function.compose.names import labels, plane_name, provider_config_name
 from function.compose.observed import condition
 from function.compose.plane_guards import workers_policy
 from function.compose.requirement import Requirements, require
+from function.errors import FieldError
 from function.model import Manifest, Observed
 from function.model.platform import ComputePlaneOptions, Preset, SandboxPlatform
 from function.model.quantity import format_bytes
@@ -34,6 +39,8 @@ PLANE_API = "apps.cozystack.io/v1alpha1"
 # On the ProviderConfig: the plane the sandbox was placed in, which it never leaves.
 PLANE_ANNOTATION = "sandbox.cozystack.io/compute-plane"
 PROVIDER_CONFIG_API = "kubernetes.m.crossplane.io/v1alpha1"
+# The plane's Object is Ready once the plane is: Cozystack reports its HelmRelease's Ready.
+PLANE_READY = condition_query("Ready")
 
 
 @dataclass(frozen=True)
@@ -84,6 +91,30 @@ def _compute_plane(ws: WorkspaceSandbox, options: ComputePlaneOptions) -> Manife
     }
 
 
+def plane_object(
+    ws: WorkspaceSandbox, options: ComputePlaneOptions, platform: SandboxPlatform
+) -> Manifest:
+    """The ComputePlane, created by provider-kubernetes.
+
+    Cozystack's API server keeps no owner reference on an application, so a plane composed
+    directly could never be deleted with its sandbox; the Object carrying it is, and deletes it.
+    """
+    ref = {"kind": "ClusterProviderConfig", "name": platform.compute_planes.cluster_provider_config}
+    manifest = _compute_plane(ws, options)
+    return kubernetes_object.wrap(
+        ws, PLANE_KEY, manifest, ref, namespace=ws.metadata.namespace, ready_when=PLANE_READY
+    )
+
+
+def _taken(ws: WorkspaceSandbox, name: str) -> str:
+    return (
+        f"the ComputePlane {name!r} this sandbox would create (compute-plane) already exists; "
+        "a sandbox never takes over an object it did not create, and deleting the sandbox "
+        f"would delete that plane. Delete it (kubectl delete computeplane {name} -n "
+        f"{ws.metadata.namespace}) or give the sandbox another name"
+    )
+
+
 def _not_ready(kind: str, name: str, obj: Any) -> str | None:
     ready = condition(obj, "Ready") or {}
     if ready.get("status") == "True":
@@ -102,6 +133,8 @@ def compute_plane(
     ws: WorkspaceSandbox,
     preset_name: str,
     preset: Preset,
+    *,
+    platform: SandboxPlatform,
     observed: Observed,
     required: dict[str, list[Manifest]],
 ) -> Plane:
@@ -110,8 +143,14 @@ def compute_plane(
     secret = name + opts.kubeconfig_secret_suffix
     asks = {SECRET_REQUIREMENT: require("v1", "Secret", secret, namespace)}
     if preset.placement == "DedicatedComputePlane":
-        resources = {PLANE_KEY: _compute_plane(ws, opts)}
-        seen: Any = observed.get(PLANE_KEY)
+        resources = {PLANE_KEY: plane_object(ws, opts, platform)}
+        seen: Any = unwrap(observed).get(PLANE_KEY)
+        if PLANE_KEY not in observed:
+            # The provider would take over a ComputePlane of the name, and delete it with the
+            # sandbox: refuse one that exists before the Object is created.
+            asks[PLANE_REQUIREMENT] = require(PLANE_API, "ComputePlane", name, namespace)
+            if required.get(PLANE_REQUIREMENT):
+                raise FieldError("metadata.name", _taken(ws, name))
         if seen is None:
             return Plane(name, resources, asks, f"waiting for ComputePlane {name!r} to be created")
     else:

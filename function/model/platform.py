@@ -507,6 +507,18 @@ class SandboxNamespaces(Model):
     cluster_provider_config: DnsSubdomain = "workspace-sandbox-namespaces"
 
 
+class ComputePlanes(Model):
+    """How a DedicatedComputePlane preset creates each sandbox's ComputePlane.
+
+    Cozystack's API server keeps no owner references on its applications, so the plane can't
+    be composed directly (it would outlive its sandbox): it is a provider-kubernetes Object
+    using this ClusterProviderConfig, whose identity the install's RBAC and admission policies
+    confine to ComputePlanes in the Object's own namespace.
+    """
+
+    cluster_provider_config: DnsSubdomain = "workspace-sandbox-planes"
+
+
 class SandboxPlatform(Model):
     api_version: Literal["sandbox.fn.cozystack.io/v1beta1"]
     kind: Literal["SandboxPlatform"]
@@ -521,6 +533,7 @@ class SandboxPlatform(Model):
     network: PlatformNetwork = PlatformNetwork()
     disk_expansion: DiskExpansion | None = None
     sandbox_namespaces: SandboxNamespaces = SandboxNamespaces()
+    compute_planes: ComputePlanes = ComputePlanes()
 
     @model_validator(mode="after")
     def _default_preset_offered(self) -> "SandboxPlatform":

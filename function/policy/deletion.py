@@ -18,7 +18,8 @@ still run. `deletion` enumerates every moment a deletion can pass through, under
   namespace whose Object is gone holds no pod.
 * The workload's Object deletes its StatefulSet or Sandbox with background propagation: the
   pod may outlive it, until its namespace is gone.
-* A ComputePlane the XR composed is torn down as a whole: its control plane and workers go,
+* A ComputePlane the XR composed (through the Object that carries it, which is gone only once
+  the plane is) is torn down as a whole: its control plane and workers go,
   and nothing inside its cluster is deleted one by one (the workers' Cilium keeps enforcing
   what it has). Once it is gone, nothing in it, the pod included, outlives it.
 * A policy composed directly (on the host) stands while present; deleting it is immediate.
@@ -84,7 +85,7 @@ class _Plan:
     tracked: tuple[str, ...]
     waits: tuple[tuple[str, str], ...]  # (used, user): `used` stays while `user` is not gone
     namespace: str | None  # the Object carrying the sandbox's namespace in the plane
-    plane: str | None  # a ComputePlane the XR composed
+    plane: str | None  # a ComputePlane the XR composed (the Object carrying it)
 
 
 def _plan(resources: Mapping[str, Manifest]) -> _Plan:
@@ -112,7 +113,7 @@ def _plan(resources: Mapping[str, Manifest]) -> _Plan:
         kind = (carried or manifest).get("kind")
         if carried is not None and kind == "Namespace":
             namespace = key
-        if carried is None and kind == "ComputePlane":
+        if kind == "ComputePlane":
             plane = key
         if kind in _POLICIES | _WORKLOADS | {"Namespace", "ComputePlane"}:
             tracked.append(key)

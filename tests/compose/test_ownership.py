@@ -229,17 +229,19 @@ async def test_an_observed_object_this_sandbox_does_not_control_is_refused(
 
 
 async def test_a_computeplane_without_a_controller_names_cozystacks_api() -> None:
-    """What a dedicated plane is observed as on Cozystack's API server, which keeps no owner
-    references (tests/control_plane/test_compose.py shows it on the real server): one clear
-    error naming the preset, what to use instead and the plane to delete."""
+    """A plane composed directly (before planes came through an Object), as observed on
+    Cozystack's API server, which keeps no owner references (tests/control_plane/
+    test_compose.py shows it on the real server): one clear error saying why and naming the
+    plane to delete, after which the sandbox makes its plane again through its Object."""
     plane = obj("apps.cozystack.io/v1alpha1", "ComputePlane", "alice-api-plane-x")
     rsp = await rendered([], {"preset": "dedicated-plane"}, observed={"compute-plane": plane})
     message = (
         "spec.preset: ComputePlane 'alice-api-plane-x' has no controller reference: Cozystack's "
-        "API server keeps no owner references on its applications, so this preset's "
-        "DedicatedComputePlane placement can't compose a plane there, and the plane would "
-        "outlive the sandbox. Use a SharedComputePlane preset, and delete the plane made for "
-        f"this sandbox: kubectl delete computeplane alice-api-plane-x -n {NAMESPACE}"
+        "API server keeps no owner references on its applications, so a plane composed "
+        "directly would outlive the sandbox. This sandbox now creates its plane through a "
+        "provider-kubernetes Object, which deletes it with the sandbox: delete the plane made "
+        f"before (kubectl delete computeplane alice-api-plane-x -n {NAMESPACE}) and the "
+        "sandbox creates it again"
     )
     assert only_fatal(rsp) == (message, 0)
 

@@ -47,7 +47,6 @@ PLURALS = {
     ("networking.k8s.io", "NetworkPolicy"): "networkpolicies",
     ("snapshot.storage.k8s.io", "VolumeSnapshot"): "volumesnapshots",
     ("", "PersistentVolumeClaim"): "persistentvolumeclaims",
-    ("apps.cozystack.io", "ComputePlane"): "computeplanes",
     ("kubernetes.m.crossplane.io", "Object"): "objects",
     ("kubernetes.m.crossplane.io", "ProviderConfig"): "providerconfigs",
     ("protection.crossplane.io", "Usage"): "usages",
@@ -138,6 +137,7 @@ CROSSPLANE_NAMESPACE = CROSSPLANE.split(":")[2]
 PROVIDER_GROUPS = {"kubernetes.crossplane.io", "kubernetes.m.crossplane.io"}
 HOST_CONFIG = "workspace-sandbox-host"
 NAMESPACES_CONFIG = "workspace-sandbox-namespaces"
+PLANES_CONFIG = "workspace-sandbox-planes"
 MARKER = "sandbox.cozystack.io/tenant-namespace"
 PROVIDER = "system:serviceaccount:crossplane-system:provider-kubernetes"
 

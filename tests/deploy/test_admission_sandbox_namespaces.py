@@ -302,7 +302,7 @@ def test_deleting_a_sandbox_namespace_is_not_the_marker_policys_concern() -> Non
 HOST_WRITES = "provider-kubernetes-host-writes"
 HOST_MESSAGE = (
     "provider-kubernetes writes only sandbox namespaces and what is in them, its own kinds, "
-    "workspace claims' size, events and its own namespace"
+    "workspace claims' size, events, its own namespace and dedicated ComputePlanes"
 )
 REFUSED = [HOST_MESSAGE]
 
@@ -327,6 +327,7 @@ CLUSTER_ROLE_BINDING = (
     "ClusterRoleBinding",
 )
 CRD = ("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition")
+COMPUTE_PLANE = ("apps.cozystack.io", "v1alpha1", "computeplanes", "ComputePlane")
 
 
 def host_writes(
@@ -421,6 +422,14 @@ def host_writes(
         pytest.param("DELETE", EVENT, TENANT_NAMESPACE, "", REFUSED, id="never-deletes-events"),
         pytest.param("CREATE", LEASE, OWN_NAMESPACE, "", [], id="own-leader-election"),
         pytest.param("UPDATE", SECRET, OWN_NAMESPACE, "", [], id="own-namespace-secret"),
+        # Dedicated planes, for Objects through workspace-sandbox-planes; served by
+        # cozystack-api, which runs this cluster's admission policies too.
+        pytest.param("CREATE", COMPUTE_PLANE, TENANT_NAMESPACE, "", [], id="creates-a-plane"),
+        pytest.param("UPDATE", COMPUTE_PLANE, TENANT_NAMESPACE, "", [], id="updates-a-plane"),
+        pytest.param("DELETE", COMPUTE_PLANE, TENANT_NAMESPACE, "", [], id="deletes-a-plane"),
+        pytest.param(
+            "UPDATE", COMPUTE_PLANE, TENANT_NAMESPACE, "status", REFUSED, id="never-its-status"
+        ),
     ],
 )
 def test_the_provider_writes_sandbox_namespaces_and_what_it_wrote_before(

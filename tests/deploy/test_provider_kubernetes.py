@@ -3,6 +3,7 @@
 from tests.deploy.install import (
     HOST_CONFIG,
     NAMESPACES_CONFIG,
+    PLANES_CONFIG,
     PROVIDER,
     PROVIDER_GROUPS,
     documents,
@@ -38,7 +39,7 @@ def test_the_host_config_is_the_providers_own_identity_and_the_one_the_compositi
     assert config["spec"] == {"credentials": {"source": "InjectedIdentity"}}
     assert platform_input()["diskExpansion"] == {"clusterProviderConfig": HOST_CONFIG}
     shipped = {d["metadata"]["name"] for d in documents() if d["kind"] == "ClusterProviderConfig"}
-    assert shipped == {HOST_CONFIG, NAMESPACES_CONFIG}
+    assert shipped == {HOST_CONFIG, NAMESPACES_CONFIG, PLANES_CONFIG}
 
 
 def test_the_provider_may_read_and_resize_claims_only() -> None:

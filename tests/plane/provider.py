@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from function.compose import plane as compose_plane
 from function.compose.names import (
     new_identity,
     plane_name,
@@ -22,7 +23,7 @@ from function.compose.names import (
 from function.model import Manifest
 from function.model.platform import SandboxPlatform
 from function.render import Rendered, render
-from tests.cluster import Observed, applied
+from tests.cluster import Observed, applied, seen
 from tests.support import (
     NAMESPACE,
     NOW,
@@ -166,7 +167,7 @@ def plane_world(
 ) -> tuple[Observed, Required]:
     """What Crossplane observes of a dedicated plane and answers to the requirements.
 
-    A dedicated plane is a composed resource, so it is observed; a shared one is the tenant's
+    A dedicated plane is composed (through an Object), so it is observed; a shared one is the tenant's
     and only ever a required resource. The Secret is answered by name, without data.
     """
     if p.dedicated:
@@ -179,8 +180,16 @@ def plane_world(
     }
     required: Required = {"plane-kubeconfig": [kubeconfig] if secret else []}
     if p.dedicated:
-        return {"compute-plane": found[0]} if found else {}, required
+        return {"compute-plane": plane_object(p, found[0], name)} if found else {}, required
     return {}, {**required, "compute-plane": found}
+
+
+def plane_object(p: Placement, plane: Manifest, name: str = "alice-api") -> Manifest:
+    """A dedicated plane's Object as provider-kubernetes reports it, with `plane` observed."""
+    ws = workspace({"preset": p.preset}, name)
+    options = p.platform.preset(p.preset)[1].compute_plane
+    assert options is not None, p.preset
+    return seen(compose_plane.plane_object(ws, options, p.platform), plane.get("status"))
 
 
 def run(

@@ -88,7 +88,12 @@ def plane_values_errors(values: Mapping[str, Any]) -> list[str]:
 
 def schema_errors(out: Rendered) -> dict[str, list[str]]:
     errors = composed_errors(out.resources, NAMESPACE)
-    for key, m in out.resources.items():
+    for key, composed in out.resources.items():
+        m = (
+            composed["spec"]["forProvider"]["manifest"]
+            if composed["kind"] == "Object"
+            else composed
+        )
         if m["kind"] == "ComputePlane" and (values := plane_values_errors(m["spec"])):
             errors[key] = [*errors.get(key, []), *(f"values: {e}" for e in values)]
     return errors
@@ -122,7 +127,9 @@ def test_the_simulated_provider_reports_objects_the_api_server_would(
 def test_the_checks_would_catch_a_broken_render() -> None:
     out, _ = converge(DEDICATED)
     broken = copy.deepcopy(out.resources)
-    broken["compute-plane"]["spec"]["nodeGroups"]["md0"]["instancetype"] = "u1.xlarge"
+    broken["compute-plane"]["spec"]["forProvider"]["manifest"]["spec"]["nodeGroups"]["md0"][
+        "instancetype"
+    ] = "u1.xlarge"
     broken["plane-namespace"]["spec"]["readiness"] = {"policy": "DeriveFromCelQuery"}
     broken["statefulset"]["spec"]["forProvider"]["manifest"]["spec"]["replicas"] = "one"
     broken["plane-access"]["spec"]["credentials"]["source"] = "Kubeconfig"
@@ -130,7 +137,7 @@ def test_the_checks_would_catch_a_broken_render() -> None:
     assert sorted(errors) == ["compute-plane", "plane-access", "plane-namespace", "statefulset"]
     unknown = "Additional properties are not allowed ('instancetype' was unexpected)"
     assert errors["compute-plane"] == [
-        "spec.nodeGroups.md0.instancetype: unknown field",
+        "manifest: spec.nodeGroups.md0.instancetype: unknown field",
         f"values: nodeGroups.md0: {unknown}",
     ]
 

@@ -77,9 +77,11 @@ def asked(out: Rendered) -> dict[str, dict[str, str]]:
     return {k: v for k, v in out.requirements.items() if not k.startswith("existing-")}
 
 
-def _requirements(p: Placement) -> dict[str, dict[str, str]]:
+def _requirements(p: Placement, *, observed: bool = False) -> dict[str, dict[str, str]]:
     secret = {"apiVersion": "v1", "kind": "Secret", "name": p.secret, "namespace": NAMESPACE}
-    if p.dedicated:
+    # A shared plane is looked up; a dedicated one too, until its Object is observed, so that
+    # one of its name that already exists is refused (test_a_plane_of_the_name_is_never_taken).
+    if p.dedicated and observed:
         return {"plane-kubeconfig": secret}
     plane = {"apiVersion": PLANE_API, "kind": "ComputePlane", "name": p.plane}
     return {"plane-kubeconfig": secret, "compute-plane": {**plane, "namespace": NAMESPACE}}
@@ -114,22 +116,42 @@ def test_a_missing_plane_gets_nothing_placed_into_it(p: Placement, message: str)
 
 
 def test_a_dedicated_plane_is_composed_from_the_preset() -> None:
+    """Through a provider-kubernetes Object: Cozystack's API server keeps no owner reference on
+    the plane, and the Object, which the garbage collector deletes with the XR, deletes it."""
     out = run(DEDICATED)
     assert out.resources["compute-plane"] == {
-        "apiVersion": PLANE_API,
-        "kind": "ComputePlane",
-        "metadata": {"name": DEDICATED.plane, "labels": LABELS},
+        "apiVersion": OBJECT_API,
+        "kind": "Object",
+        "metadata": {"name": object_name(ALICE_API, "compute-plane"), "labels": LABELS},
         "spec": {
-            "nodeGroups": {
-                "md0": {
-                    "minReplicas": 1,
-                    "maxReplicas": 1,
-                    "instanceType": "u1.xlarge",
-                    "diskSize": "40Gi",
-                    "roles": ["ingress-nginx"],
-                    "storageClass": "replicated",
+            "forProvider": {
+                "manifest": {
+                    "apiVersion": PLANE_API,
+                    "kind": "ComputePlane",
+                    "metadata": {
+                        "name": DEDICATED.plane,
+                        "labels": LABELS,
+                        "namespace": NAMESPACE,
+                    },
+                    "spec": {
+                        "nodeGroups": {
+                            "md0": {
+                                "minReplicas": 1,
+                                "maxReplicas": 1,
+                                "instanceType": "u1.xlarge",
+                                "diskSize": "40Gi",
+                                "roles": ["ingress-nginx"],
+                                "storageClass": "replicated",
+                            }
+                        }
+                    },
                 }
-            }
+            },
+            "providerConfigRef": {
+                "kind": "ClusterProviderConfig",
+                "name": "workspace-sandbox-planes",
+            },
+            "readiness": {"policy": "DeriveFromCelQuery", "celQuery": condition_query("Ready")},
         },
     }
     assert out.ready == {
@@ -137,6 +159,36 @@ def test_a_dedicated_plane_is_composed_from_the_preset() -> None:
         "plane-workers": False,
         "usage-plane-workers": False,
     }
+
+
+def test_a_plane_of_the_name_is_never_taken() -> None:
+    """A ComputePlane that exists under the name the sandbox's plane would take is refused
+    before the Object is created: the provider would adopt it and delete it with the sandbox."""
+    _, required = plane_world(DEDICATED)
+    taken = {"apiVersion": PLANE_API, "kind": "ComputePlane", "metadata": {"name": DEDICATED.plane}}
+    with pytest.raises(FieldError) as err:
+        run(DEDICATED, {}, {}, {**required, "compute-plane": [taken]})
+    assert err.value.path == "metadata.name"
+    assert err.value.message == (
+        f"the ComputePlane {DEDICATED.plane!r} this sandbox would create (compute-plane) already "
+        "exists; a sandbox never takes over an object it did not create, and deleting the "
+        f"sandbox would delete that plane. Delete it (kubectl delete computeplane "
+        f"{DEDICATED.plane} -n {NAMESPACE}) or give the sandbox another name"
+    )
+    # Once the Object is observed, the plane it made is its own: no longer looked up.
+    observed, required = plane_world(DEDICATED)
+    out = run(DEDICATED, {}, observed, {**required, "compute-plane": [taken]})
+    assert "compute-plane" not in asked(out)
+
+
+def test_a_plane_object_not_reporting_yet_waits_for_the_plane() -> None:
+    observed, required = plane_world(DEDICATED)
+    reporting = observed["compute-plane"]
+    observed["compute-plane"] = {k: v for k, v in reporting.items() if k != "status"}
+    out = run(DEDICATED, {}, observed, required)
+    message = f"waiting for ComputePlane {DEDICATED.plane!r} to be created"
+    assert provisioned(out) == ("False", "WaitingForComputePlane", message)
+    assert sorted(out.resources) == DEDICATED.own
 
 
 @pytest.mark.parametrize("p", BOTH)
@@ -162,7 +214,7 @@ def test_an_unready_plane_gets_nothing_placed_into_it(
     assert out.status == _status(p, "Pending")
     message = f"waiting for ComputePlane {p.plane!r} to be ready: {why}"
     assert provisioned(out) == ("False", "WaitingForComputePlane", message)
-    assert asked(out) == _requirements(p)
+    assert asked(out) == _requirements(p, observed=True)
 
 
 @pytest.mark.parametrize("p", BOTH)
@@ -363,7 +415,10 @@ def test_dedicated_plane_objects_never_delete_but_snapshots_still_do(
         if m["kind"] != "Object":
             continue
         # The guard in the plane is never deleted, in any plane.
-        keep = key == "plane-guard" or (p.dedicated and not key.startswith("snapshot-"))
+        # The dedicated plane's own Object is what deletes the plane, and everything in it.
+        keep = key == "plane-guard" or (
+            p.dedicated and not key.startswith("snapshot-") and key != "compute-plane"
+        )
         assert m["spec"].get("managementPolicies") == (DEDICATED_MANAGEMENT if keep else None), key
 
 
