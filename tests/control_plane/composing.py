@@ -44,6 +44,7 @@ from tests.control_plane.install import (
 )
 from tests.control_plane.packages import PROVIDER_MODULE, image_configs, publish, start_registry
 from tests.control_plane.server import ControlPlane, _ports, built, listening_port, poll
+from tests.deploy.install import documents
 from tests.support import ROOT
 
 FUNCTION = "function-workspace-sandbox"
@@ -262,7 +263,8 @@ def first_apply(plane: ControlPlane) -> None:
     )  # fmt: skip
     assert first.returncode != 0, first.stdout
     refused = [line for line in first.stderr.splitlines() if "not found" in line]
-    assert len(refused) == 2, first.stderr
+    configs = [d for d in documents() if d["kind"] == "ClusterProviderConfig"]
+    assert len(refused) == len(configs) == 3, first.stderr
     assert all('no matches for kind "ClusterProviderConfig"' in line for line in refused), (
         first.stderr
     )
