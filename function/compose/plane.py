@@ -19,6 +19,7 @@ from function.compose import kubernetes_object
 from function.compose.kubernetes_object import condition_query, unwrap
 from function.compose.names import labels, plane_name, provider_config_name
 from function.compose.observed import condition
+from function.compose.ownership import REQUIREMENT_PREFIX
 from function.compose.plane_guards import workers_policy
 from function.compose.requirement import Requirements, require
 from function.errors import FieldError
@@ -149,7 +150,10 @@ def compute_plane(
             # The provider would take over a ComputePlane of the name, and delete it with the
             # sandbox: refuse one that exists before the Object is created.
             asks[PLANE_REQUIREMENT] = require(PLANE_API, "ComputePlane", name, namespace)
-            if required.get(PLANE_REQUIREMENT):
+            # An Object of this sandbox that exists though not observed (its reference lost)
+            # made the plane: ownership.vacancies holds that Object to this XR.
+            ours = required.get(REQUIREMENT_PREFIX + PLANE_KEY)
+            if required.get(PLANE_REQUIREMENT) and not ours:
                 raise FieldError("metadata.name", _taken(ws, name))
         if seen is None:
             return Plane(name, resources, asks, f"waiting for ComputePlane {name!r} to be created")

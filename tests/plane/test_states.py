@@ -175,6 +175,15 @@ def test_a_plane_of_the_name_is_never_taken() -> None:
         f"sandbox would delete that plane. Delete it (kubectl delete computeplane "
         f"{DEDICATED.plane} -n {NAMESPACE}) or give the sandbox another name"
     )
+    # The sandbox's own Object, existing though not observed (its reference lost): its plane.
+    carrier = owned({"compute-plane": plane_world(DEDICATED)[0]["compute-plane"]})
+    found = {
+        **required,
+        "compute-plane": [taken],
+        "existing-compute-plane": [carrier["compute-plane"]],
+    }
+    out = run(DEDICATED, {}, {}, found)
+    assert "compute-plane" in out.resources
     # Once the Object is observed, the plane it made is its own: no longer looked up.
     observed, required = plane_world(DEDICATED)
     out = run(DEDICATED, {}, observed, {**required, "compute-plane": [taken]})
