@@ -8,8 +8,6 @@ import pytest
 from function.render import render
 from tests.deploy.admission import provider_request, verdict
 from tests.deploy.install import (
-    COLLECTOR,
-    CONTROLLER_MANAGER,
     CROSSPLANE,
     HOST_CONFIG,
     NAMESPACES_CONFIG,
@@ -21,6 +19,7 @@ from tests.deploy.install import (
     find,
     grants,
 )
+from tests.deploy.objects import READING, finalized, writers
 from tests.schemas import validate
 from tests.support import NAMESPACE, NOW, PLATFORM, workspace
 
@@ -35,7 +34,6 @@ MESSAGES = {
     "spec.references, spec.connectionDetails and spec.writeConnectionSecretToRef",
 }
 PLANES_REF = {"kind": "ClusterProviderConfig", "name": PLANES_CONFIG}
-ADMIN = "cluster-admin@acme.example"
 
 
 def composed() -> dict[str, Any]:
@@ -121,43 +119,11 @@ def test_an_object_wraps_one_computeplane_in_its_own_namespace(
     assert planes_verdict(with_manifest(manifest)) == [MESSAGES[k] for k in want]
 
 
-@pytest.mark.parametrize(
-    "spec",
-    [
-        pytest.param(
-            {
-                "references": [
-                    {
-                        "patchesFrom": {
-                            "apiVersion": "v1",
-                            "kind": "Secret",
-                            "name": "x",
-                            "fieldPath": "data",
-                        }
-                    }
-                ]
-            },
-            id="references",
-        ),
-        pytest.param(
-            {"connectionDetails": [{"apiVersion": "v1", "kind": "Secret", "name": "x"}]},
-            id="connection-details",
-        ),
-        pytest.param({"writeConnectionSecretToRef": {"name": "x"}}, id="connection-secret"),
-    ],
-)
+@pytest.mark.parametrize("spec", READING)
 def test_an_object_reads_nothing_with_the_providers_identity(spec: dict[str, Any]) -> None:
     assert planes_verdict(with_manifest(PLANE, **spec)) == [MESSAGES["reads"]]
 
 
-ANNOTATED = {
-    **PLANE_OBJECT,
-    "metadata": {
-        **PLANE_OBJECT["metadata"],
-        "finalizers": ["finalizer.managedresource.crossplane.io"],
-        "annotations": {"crossplane.io/external-name": PLANE["metadata"]["name"]},
-    },
-}
 BIGGER = with_manifest(
     {
         **PLANE,
@@ -170,30 +136,15 @@ ON_THE_HOST_CONFIG = with_manifest(
 
 
 @pytest.mark.parametrize(
-    ("username", "new", "old", "want"),
-    [
-        pytest.param(CROSSPLANE, PLANE_OBJECT, None, [], id="crossplane-composes"),
-        pytest.param(CROSSPLANE, BIGGER, PLANE_OBJECT, [], id="crossplane-changes-the-spec"),
-        pytest.param(PROVIDER, ANNOTATED, PLANE_OBJECT, [], id="provider-adds-its-finalizer"),
-        pytest.param(COLLECTOR, PLANE_OBJECT, ANNOTATED, [], id="collector-removes-finalizers"),
-        pytest.param(CONTROLLER_MANAGER, PLANE_OBJECT, ANNOTATED, [], id="controller-manager"),
-        pytest.param(PROVIDER, BIGGER, PLANE_OBJECT, ["writer"], id="provider-changes-spec"),
-        pytest.param(PROVIDER, PLANE_OBJECT, None, ["writer"], id="provider-creates"),
-        pytest.param(ADMIN, PLANE_OBJECT, None, ["writer"], id="an-administrator-creates"),
-        pytest.param(TENANT, PLANE_OBJECT, None, ["writer"], id="tenant-creates"),
-        pytest.param(TENANT, BIGGER, PLANE_OBJECT, ["writer"], id="tenant-grows-the-plane"),
-        pytest.param(
-            TENANT, ON_THE_HOST_CONFIG, PLANE_OBJECT, ["writer"], id="tenant-moves-it-off"
-        ),
-        pytest.param(
-            TENANT, PLANE_OBJECT, ON_THE_HOST_CONFIG, ["writer"], id="tenant-moves-it-onto"
-        ),
-    ],
+    ("username", "new", "old", "refused"),
+    writers(
+        PLANE_OBJECT, BIGGER, finalized(PLANE_OBJECT, PLANE["metadata"]["name"]), ON_THE_HOST_CONFIG
+    ),
 )
 def test_only_crossplane_writes_an_objects_spec(
-    username: str, new: dict[str, Any], old: dict[str, Any] | None, want: list[str]
+    username: str, new: dict[str, Any], old: dict[str, Any] | None, refused: bool
 ) -> None:
-    assert planes_verdict(new, old, username) == [MESSAGES[k] for k in want]
+    assert planes_verdict(new, old, username) == ([MESSAGES["writer"]] if refused else [])
 
 
 def test_objects_of_other_configs_are_not_this_policys() -> None:

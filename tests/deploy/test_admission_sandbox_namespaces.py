@@ -7,8 +7,6 @@ import pytest
 
 from tests.deploy.admission import provider_request, verdict
 from tests.deploy.install import (
-    COLLECTOR,
-    CONTROLLER_MANAGER,
     CROSSPLANE,
     HOST_CONFIG,
     MARKER,
@@ -19,10 +17,10 @@ from tests.deploy.install import (
     find,
     provider_account,
 )
+from tests.deploy.objects import ADMIN, READING, finalized, writers
 from tests.schemas import validate
 from tests.support import NAMESPACE
 
-ADMIN = "cluster-admin@acme.example"
 SANDBOX = "sandbox-alice-api-0123456789abcdefghijklmnop"
 PSS = {f"pod-security.kubernetes.io/{m}": "restricted" for m in ("enforce", "audit", "warn")}
 SANDBOX_LABELS = {
@@ -744,94 +742,37 @@ def test_objects_write_into_sandbox_namespaces_of_their_own_tenant(
     assert objects_verdict(sandbox_object(manifest)) == [OBJECT_MESSAGES[k] for k in want]
 
 
-@pytest.mark.parametrize(
-    "spec",
-    [
-        pytest.param(
-            {
-                "references": [
-                    {
-                        "patchesFrom": {
-                            "apiVersion": "v1",
-                            "kind": "Secret",
-                            "name": "x",
-                            "fieldPath": "data",
-                        }
-                    }
-                ]
-            },
-            id="references",
-        ),
-        pytest.param(
-            {"connectionDetails": [{"apiVersion": "v1", "kind": "Secret", "name": "x"}]},
-            id="connection-details",
-        ),
-        pytest.param({"writeConnectionSecretToRef": {"name": "x"}}, id="connection-secret"),
-    ],
-)
+@pytest.mark.parametrize("spec", READING)
 def test_objects_read_nothing_with_the_providers_identity(spec: dict[str, Any]) -> None:
     obj = sandbox_object(wrapped("v1", "Service"), **spec)
     assert objects_verdict(obj) == [OBJECT_MESSAGES["reads"]]
 
 
 SERVICE_OBJECT = sandbox_object(wrapped("v1", "Service"))
-ANNOTATED = {
-    **SERVICE_OBJECT,
-    "metadata": {
-        **SERVICE_OBJECT["metadata"],
-        "finalizers": ["finalizer.managedresource.crossplane.io"],
-        "annotations": {"crossplane.io/external-name": "alice-api"},
-    },
-}
 CHANGED = sandbox_object(wrapped("v1", "Service", "sandbox-bob-api-x"))
 
 
+ELSEWHERE = sandbox_object(
+    wrapped("v1", "Service"), {"kind": "ClusterProviderConfig", "name": HOST_CONFIG}
+)
+
+
 @pytest.mark.parametrize(
-    ("username", "new", "old", "want"),
-    [
-        pytest.param(CROSSPLANE, SERVICE_OBJECT, None, [], id="crossplane-composes"),
-        pytest.param(CROSSPLANE, CHANGED, SERVICE_OBJECT, [], id="crossplane-changes-the-spec"),
-        pytest.param(PROVIDER, ANNOTATED, SERVICE_OBJECT, [], id="provider-adds-its-finalizer"),
-        pytest.param(COLLECTOR, SERVICE_OBJECT, ANNOTATED, [], id="collector-removes-finalizers"),
-        pytest.param(CONTROLLER_MANAGER, SERVICE_OBJECT, ANNOTATED, [], id="controller-manager"),
-        pytest.param(PROVIDER, CHANGED, SERVICE_OBJECT, ["writer"], id="provider-changes-spec"),
-        pytest.param(COLLECTOR, CHANGED, SERVICE_OBJECT, ["writer"], id="collector-changes-spec"),
-        pytest.param(PROVIDER, SERVICE_OBJECT, None, ["writer"], id="provider-creates"),
-        pytest.param(COLLECTOR, SERVICE_OBJECT, None, ["writer"], id="collector-creates"),
-        pytest.param(TENANT, SERVICE_OBJECT, None, ["writer"], id="tenant-creates"),
-        pytest.param(TENANT, ANNOTATED, SERVICE_OBJECT, ["writer"], id="tenant-annotates"),
-        pytest.param(
-            TENANT,
-            sandbox_object(
-                wrapped("v1", "Service"), {"kind": "ClusterProviderConfig", "name": HOST_CONFIG}
-            ),
-            SERVICE_OBJECT,
-            ["writer"],
-            id="tenant-moves-it-off-the-config",
-        ),
-        pytest.param(
-            TENANT,
-            SERVICE_OBJECT,
-            sandbox_object(
-                wrapped("v1", "Service"), {"kind": "ClusterProviderConfig", "name": HOST_CONFIG}
-            ),
-            ["writer"],
-            id="tenant-moves-it-onto-the-config",
-        ),
-    ],
+    ("username", "new", "old", "refused"),
+    writers(SERVICE_OBJECT, CHANGED, finalized(SERVICE_OBJECT, "alice-api"), ELSEWHERE),
 )
 def test_only_crossplane_writes_an_objects_spec(
-    username: str, new: dict[str, Any], old: dict[str, Any] | None, want: list[str]
+    username: str, new: dict[str, Any], old: dict[str, Any] | None, refused: bool
 ) -> None:
-    assert objects_verdict(new, old, username) == [OBJECT_MESSAGES[k] for k in want]
+    assert objects_verdict(new, old, username) == ([OBJECT_MESSAGES["writer"]] if refused else [])
 
 
 def test_the_objects_policy_holds_in_the_platforms_namespaces_too() -> None:
     # provider-kubernetes-writers leaves the platform's own namespaces alone; this one doesn't.
     obj = {**SERVICE_OBJECT, "metadata": {**SERVICE_OBJECT["metadata"], "namespace": "cozy-system"}}
     platform = {"kubernetes.io/metadata.name": "cozy-system", "cozystack.io/system": "true"}
-    writers = objects_verdict(obj, None, ADMIN, "provider-kubernetes-writers", platform)
-    assert writers == "unmatched"
+    by_writers = objects_verdict(obj, None, ADMIN, "provider-kubernetes-writers", platform)
+    assert by_writers == "unmatched"
     assert objects_verdict(obj, None, ADMIN, labels=platform) == [OBJECT_MESSAGES["writer"]]
 
 
