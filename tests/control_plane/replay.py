@@ -9,8 +9,11 @@ policy's; its answer is compared with the evaluator's:
 - the evaluator admits (no failing validation, "unmatched" or "exempt"): the server admits;
 - the evaluator refuses with messages: the server refuses with the first of them.
 
-A case is set up with the policy unbound (its namespace with its labels, the stored old object),
-in rounds where no two cases need different states of one object. A case the server cannot
+A case is set up (its namespace with its labels, the stored old object) in rounds where no two
+cases need different states of one object, each object once a round, by a user of its own
+(`SETUP_USER`) whom the policy, as created here, does not match: the shipped policy with one
+match condition more, which no case's user meets. So the policy stays bound through all its
+rounds, and the server is waited for twice a policy (bound, then unbound), not twice a round. A case the server cannot
 replay (a kind no CRD here serves, a CONNECT, a request the schema refuses before admission) is
 reported as such, never counted as agreement.
 """
@@ -37,6 +40,8 @@ BOUND_SECONDS = 5.0
 """A binding created to the API server's admission acting on it: milliseconds on loopback; a
 probe still admitted after this is a disagreement, which the comparison reports."""
 REPLAY_USERS_ROLE = "test-replay-everything"
+SETUP_USER = "test-replay-setup"
+"""Who sets cases up: no case acts as this user, and no policy matches it here."""
 
 
 def record(folder: Path) -> list[dict[str, Any]]:
@@ -187,6 +192,10 @@ class Replay:
     ) -> tuple[int, dict[str, Any]]:
         return self.plane.request(method, path, body, **kw)
 
+    def setup(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
+        """A write that sets a case up, as `SETUP_USER`, whom the bound policy passes over."""
+        return self.call(method, path, body, user=SETUP_USER)
+
     def bindings(self, policy: str) -> list[dict[str, Any]]:
         return [
             d
@@ -220,26 +229,33 @@ class Replay:
             elif want is not None and is_namespace(path):
                 # A namespace is relabelled, not deleted: its deletion waits on its contents.
                 current["metadata"]["labels"] = want["metadata"].get("labels", {})
-                self.call("PUT", path, current)
+                self.setup("PUT", path, current)
             else:
                 if current["metadata"].get("finalizers"):
                     current["metadata"]["finalizers"] = []
-                    self.call("PUT", path, current)
-                self.call("DELETE", path)
+                    self.setup("PUT", path, current)
+                self.setup("DELETE", path)
             if time.monotonic() > deadline:
                 return f"cannot set up {path}: {current.get('message', '')}"
             time.sleep(0.1)
 
     def create(self, path: str, want: dict[str, Any]) -> tuple[bool, str]:
         """Create an object (and its status): whether it was, and why the server refused it
-        for good ("" if it may be tried again, as while an older one is being deleted)."""
-        status, answer = self.call("POST", path.rpartition("/")[0], clean(want))
+        for good ("" if it may be tried again: a 409 while an older one is being deleted, a
+        429 or a 503). A 500 is for good: this server gives one for an object its storage
+        refuses (a RoleBinding whose roleRef names no kind)."""
+        status, answer = self.setup("POST", path.rpartition("/")[0], clean(want))
         if status == 201:
             if "status" in want and not is_namespace(path):
                 answer["status"] = want["status"]
-                self.call("PUT", f"{path}/status", answer)
+                self.setup("PUT", f"{path}/status", answer)
             return True, ""
-        if 400 <= status < 500 and status not in {409, 429}:
+        named = want.get("metadata", {}).get("name")
+        if named != path.rpartition("/")[2]:
+            # A case whose stored object is not the one its request names (a namespace request
+            # judged by the namespace it is in): no object is ever at that path.
+            return False, f"the stored object is {named!r}, which is not at {path}"
+        if status not in {409, 429, 503}:
             return False, f"the stored object is refused: {status} {answer.get('message', '')}"
         return False, ""
 
@@ -267,7 +283,7 @@ class Replay:
         return status, str(answer.get("message", "")) if status >= 400 else ""
 
     def run(self, cases: list[Case], served: set[tuple[str, str, str]]) -> None:
-        users = sorted({c.request["userInfo"]["username"] for c in cases})
+        users = sorted({c.request["userInfo"]["username"] for c in cases} | {SETUP_USER})
         self.grant(users)
         by_policy: dict[str, list[Case]] = {}
         for case in cases:
@@ -277,31 +293,43 @@ class Replay:
                 by_policy.setdefault(case.policy, []).append(case)
         for policy, mine in sorted(by_policy.items()):
             self.create_policy(policy)
+            self.bind(policy, on=True)
+            waited, ready = False, []
             for group in rounds(mine):
-                ready = []
-                for case in group:
-                    why = next(
-                        (w for p, want in case.needs().items() if (w := self.settle(p, want))), ""
-                    )
-                    if why:
-                        self.skipped.append((case, why))
-                    else:
-                        ready.append(case)
-                self.bind(policy, on=True)
-                self.effective(ready)
-                for case in ready:
-                    status, message = self.ask(case)
-                    if status >= 400 and "ValidatingAdmissionPolicy '" not in message:
-                        self.skipped.append((case, f"refused before admission: {status} {message}"))
-                    else:
-                        self.results.append((case, refusal(message)))
-                # Unbound before the next round is set up, or the last test is over.
-                self.bind(policy, on=False)
-                self.effective(ready, bound=False)
+                ready = self.set_up(group)
+                if not waited:
+                    self.effective(ready)
+                    waited = True
+                self.ask_all(ready)
+            # Unbound before the next policy is bound, or the last test is over.
+            self.bind(policy, on=False)
+            self.effective(ready, bound=False)
+
+    def set_up(self, group: list[Case]) -> list[Case]:
+        """Set the round's objects up, each once: the cases whose set-up held."""
+        wanted = {path: want for case in group for path, want in case.needs().items()}
+        why = {path: self.settle(path, want) for path, want in wanted.items()}
+        ready = []
+        for case in group:
+            failed = next((why[p] for p in case.needs() if why[p]), "")
+            if failed:
+                self.skipped.append((case, failed))
+            else:
+                ready.append(case)
+        return ready
+
+    def ask_all(self, ready: list[Case]) -> None:
+        for case in ready:
+            status, message = self.ask(case)
+            if status >= 400 and "ValidatingAdmissionPolicy '" not in message:
+                self.skipped.append((case, f"refused before admission: {status} {message}"))
+            else:
+                self.results.append((case, refusal(message)))
 
     def effective(self, group: list[Case], *, bound: bool = True) -> None:
-        """Wait until the API server acts on a binding made (`bound`) or deleted: a case the
-        evaluator refuses is refused, or admitted again."""
+        """Wait until the API server acts on a binding made (`bound`) or deleted: a case of
+        `group` (set up) that the evaluator refuses is refused, or admitted again; a second
+        where none is."""
         probe = next((c for c in group if c.expected), None)
         if probe is None:
             time.sleep(1.0)
@@ -318,6 +346,12 @@ class Replay:
             for d in documents()
             if d["kind"] == "ValidatingAdmissionPolicy" and d["metadata"]["name"] == name
         )
+        policy = json.loads(json.dumps(policy))
+        setup = {
+            "name": "test-replay-not-the-setup",
+            "expression": f"request.userInfo.username != '{SETUP_USER}'",
+        }
+        policy["spec"]["matchConditions"] = [*policy["spec"].get("matchConditions", []), setup]
         base = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
         status, answer = self.call("POST", base, policy)
         assert status in {201, 409}, answer
