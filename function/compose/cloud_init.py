@@ -1,4 +1,5 @@
-"""NoCloud user data for the guest: the unprivileged user, SSH keys, /workspace and DNS.
+"""NoCloud user data for the guest: the unprivileged user, SSH keys, /workspace (also reached
+as /home/user, E2B's home) and DNS.
 
 KubeVirt inlines user data into the VM object, where the guest and anyone who can read the VM
 see it, and caps it at 2048 bytes. So it carries no secret, only public keys and public
@@ -67,10 +68,14 @@ def _setup(account: str) -> str:
             f"W={WORKSPACE}",
             "id $U>/dev/null 2>&1||useradd -mU -d $W -s /bin/bash $U",
             "install -d -m 750 -o $U -g $U $W",
+            # E2B's home, which its examples and model-written code name: the workspace too, a
+            # link in root's /home (-T: never one inside a /home/user the image has).
+            "ln -sfT $W /home/user||:",
             # 0755 and 0644 whatever the umask: sshd reads the keys as the user.
             f"a={KEYS}",
-            f"install -d -m 755 $a {SSHD_CONFIG_D}",
-            f'echo "AuthorizedKeysFile $a/%u"|w {SSHD_DROP_IN}',
+            f"s={SSHD_CONFIG_D}",
+            "install -d -m 755 $a $s",
+            f'echo "AuthorizedKeysFile $a/%u"|w $s/{SSHD_DROP_IN.rpartition("/")[2]}',
             'printf "%s\\n" "$@"|w $a/$U',
             "echo cd $W|w /etc/profile.d/zz-workspace.sh",
             "d=/etc/systemd/resolved.conf.d",
@@ -78,7 +83,7 @@ def _setup(account: str) -> str:
             "printf '[Resolve]\\nDNS=%s\\nDomains=~.\\n' \"$DNS\"|w $d/90-sandbox.conf",
             # A pattern, not a name: it matches nothing on a guest without resolved (Debian's
             # own images), where a name is an error, and a resolved that fails still says so.
-            "systemctl try-restart 'systemd-resolved*'||true;}",
+            "systemctl try-restart 'systemd-resolved*'||:;}",
         )
     )
 

@@ -14,11 +14,12 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qs
 
 import httpx
 
-from workspace_gateway import audit, credentials, idempotency, proxy
+from workspace_gateway import audit, credentials, idempotency, previews, proxy
 from workspace_gateway.asgi import ASGIApp, Receive, Scope, Send, header, respond_json
 from workspace_gateway.backend import Backend, Sandbox, State, choose
 from workspace_gateway.control import Control
@@ -30,6 +31,7 @@ log = logging.getLogger("workspace_gateway")
 
 HOST_ROUTE = re.compile(r"(?P<port>[0-9]{1,5})-(?P<id>[a-z0-9]+)\.(?P<domain>.+)")
 PORT = re.compile(r"[0-9]{1,5}")
+MAX_PORT = 65535
 MAX_CONTROL_BODY = 1 << 20
 UNAUTHORIZED = GatewayError(401, "Invalid API key, please check your X-API-Key header")
 NO_CREDENTIAL = GatewayError(
@@ -115,10 +117,13 @@ def build_app(
     reinits = Reinits(backend)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in {"http", "websocket"}:
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         target = route(headers, domain)
+        if scope["type"] == "websocket":
+            await _websocket(backend, target, scope, receive, send, streams)
+            return
         if target is None and (scope["method"], scope["path"]) == ("GET", "/health"):
             # E2B's API answers this without a key; probes call it, so it is not audited.
             ready = await backend.ready()
@@ -224,18 +229,14 @@ async def _sandbox(
     if target.port == proxy.ENVD_PORT and presented is None and "signature" not in parameters:
         # Nothing to check: refused before any look-up, which a made-up ID would cost.
         raise NO_CREDENTIAL
+    if target.port != proxy.ENVD_PORT:
+        await _preview(
+            backend, http, target, entry, scope=scope, receive=receive, send=send, streams=streams
+        )
+        return
     found = await backend.locate(target.sandbox_id)
     if not found:
         await respond_json(send, 502, proxy.not_found_body(target.sandbox_id))
-        return
-    if target.port != proxy.ENVD_PORT:
-        # Only the agent's port is served so far; E2B's wording, which the SDK recognises.
-        body = {
-            "sandboxId": target.sandbox_id,
-            "message": f"The sandbox is running but port is not open: {target.port}",
-            "code": 502,
-        }
-        await respond_json(send, 502, body)
         return
 
     def opens(token: str) -> bool:
@@ -265,3 +266,93 @@ async def _sandbox(
         streams=streams,
         tenant=sandbox.namespace,
     )
+
+
+async def previewed(backend: Backend, target: Target) -> tuple[Sandbox, str] | dict[str, Any]:
+    """The sandbox a preview is for and its port's base URL, or the 502 body to answer.
+
+    A preview carries no credential to choose between two sandboxes of one ID (a look-alike
+    a tenant made by hand, which the gateway's mark keeps out): it reaches one sandbox or none.
+    """
+    found = await backend.locate(target.sandbox_id)
+    running = [s for s in found if s.state is State.RUNNING and s.endpoint is not None]
+    if len(found) != 1 or not running:
+        return proxy.not_found_body(target.sandbox_id)
+    (sandbox,) = running
+    base = backend.preview(sandbox, target.port) if 0 < target.port <= MAX_PORT else None
+    if base is None:
+        return previews.not_open(target.sandbox_id, target.port)
+    return sandbox, base
+
+
+async def _preview(
+    backend: Backend,
+    http: httpx.AsyncClient,
+    target: Target,
+    entry: audit.Entry,
+    *,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    streams: proxy.Streams,
+) -> None:
+    """An HTTP request to one of the sandbox's own ports (`previews`)."""
+    got = await previewed(backend, target)
+    if isinstance(got, dict):
+        await respond_json(send, 502, got)
+        return
+    sandbox, base = got
+    entry.namespace = sandbox.namespace
+    await proxy.forward(
+        http,
+        sandbox_id=target.sandbox_id,
+        endpoint=base,
+        scope=scope,
+        receive=receive,
+        send=send,
+        reinit=None,
+        streams=streams,
+        tenant=sandbox.namespace,
+        headers=previews.headers(list(scope["headers"])),
+        unreachable=previews.not_open(target.sandbox_id, target.port),
+    )
+
+
+async def _websocket(  # noqa: PLR0917  # the ASGI call's parts
+    backend: Backend,
+    target: Target | None,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    streams: proxy.Streams,
+) -> None:
+    """A WebSocket: to a preview port, relayed; else refused (neither API speaks it)."""
+    entry = audit.Entry()
+    current = audit.CURRENT.set(entry)
+    try:
+        if target is None or target.port == proxy.ENVD_PORT:
+            entry.route = f"WEBSOCKET {scope['path']}"
+            body = {"code": 404, "message": "only a sandbox's preview ports take WebSockets"}
+            await previews.refuse(scope, send, 404, body)
+            return
+        entry.sandbox_id = target.sandbox_id
+        entry.route = f"WEBSOCKET sandbox:{target.port} {scope['path']}"
+        got = await previewed(backend, target)
+        if isinstance(got, dict):
+            await previews.refuse(scope, send, 502, got)
+            return
+        sandbox, base = got
+        entry.namespace = sandbox.namespace
+        await previews.websocket(
+            base,
+            sandbox_id=target.sandbox_id,
+            port=target.port,
+            scope=scope,
+            receive=receive,
+            send=send,
+            streams=streams,
+            tenant=sandbox.namespace,
+        )
+    finally:
+        audit.CURRENT.reset(current)
+        audit.write(entry)

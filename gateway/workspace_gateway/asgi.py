@@ -20,12 +20,21 @@ def header(scope: Scope, name: str) -> str | None:
 
 
 async def respond_json(
-    send: Send, status: int, body: object, headers: tuple[tuple[str, str], ...] = ()
+    send: Send,
+    status: int,
+    body: object,
+    headers: tuple[tuple[str, str], ...] = (),
+    *,
+    prefix: str = "",
 ) -> None:
+    """A JSON answer; with `prefix` "websocket.", to a WebSocket handshake.
+
+    That is ASGI's `websocket.http.response` extension.
+    """
     data = b"" if body is None else json.dumps(body).encode()
     raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
     if body is not None:
         raw.append((b"content-type", b"application/json; charset=utf-8"))
     raw.append((b"content-length", str(len(data)).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": raw})
-    await send({"type": "http.response.body", "body": data})
+    await send({"type": f"{prefix}http.response.start", "status": status, "headers": raw})
+    await send({"type": f"{prefix}http.response.body", "body": data})

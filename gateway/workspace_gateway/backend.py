@@ -55,6 +55,16 @@ class Sandbox:
     """The agent's base URL while running (`http://host:port`); None while paused."""
     namespace: str = ""
     """The tenant namespace it lives in."""
+    ports: frozenset[int] = frozenset()
+    """Its preview ports on a cluster: the TCP ports besides the agent's that the gateway
+    reaches on it (the WorkspaceSandbox's `spec.ports`, which its template names)."""
+
+    def port_url(self, port: int) -> str | None:
+        """The base URL of one of its `ports` while it runs, or None: not one of them."""
+        if self.endpoint is None or port not in self.ports:
+            return None
+        scheme, _, rest = self.endpoint.partition("://")
+        return f"{scheme}://{rest.rsplit(':', 1)[0]}:{port}"
 
 
 class Backend(Protocol):
@@ -87,6 +97,12 @@ class Backend(Protocol):
     async def delete(self, namespace: str, sandbox_id: str) -> None: ...
 
     async def set_end(self, namespace: str, sandbox_id: str, end_at: datetime) -> None: ...
+
+    def preview(self, sandbox: Sandbox, port: int) -> str | None:
+        """The base URL of `sandbox`'s preview `port`, or None: not open to the gateway.
+
+        Never the agent's port.
+        """
 
     async def locate(self, sandbox_id: str) -> tuple[Sandbox, ...]:
         """Every sandbox of this ID the gateway made, in whichever namespace.

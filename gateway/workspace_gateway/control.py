@@ -193,8 +193,16 @@ def egress_of(body: dict[str, Any]) -> dict[str, Any] | None:
         network = {}
     if not isinstance(network, dict):
         raise GatewayError(400, "network must be an object")
+    public = network.get("allowPublicTraffic")
+    if public is not None and public is not True:
+        raise GatewayError(
+            400,
+            "network.allowPublicTraffic: previews are public on this gateway (anyone with the "
+            "sandbox's ID reaches the ports its template names); private previews with a "
+            "traffic access token are not offered yet",
+        )
     for name in sorted(network):
-        if name not in NETWORK_OFFERED and network[name] is not None:
+        if name not in {*NETWORK_OFFERED, "allowPublicTraffic"} and network[name] is not None:
             raise GatewayError(400, f"'network.{name}' is not offered by this gateway")
     denied = network.get("denyOut")
     denied = [] if denied is None else _strings_list(denied, "network.denyOut")

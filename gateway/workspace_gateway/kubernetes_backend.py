@@ -388,7 +388,17 @@ def sandbox_of(obj: Mapping[str, Any], settings: Settings, envd_version: str = "
         auto_pause=notes.get(AUTO_PAUSE) == "true",
         endpoint=agent_url(obj, settings.agent_port),
         namespace=metadata["namespace"],
+        ports=preview_ports(obj, settings.agent_port),
     )
+
+
+def preview_ports(obj: Mapping[str, Any], agent_port: int) -> frozenset[int]:
+    """The ports of its `spec.ports`: what its Service and its policies open to the gateway."""
+    ports = (obj.get("spec") or {}).get("ports")
+    if not isinstance(ports, list):
+        return frozenset()
+    found = {p.get("port") for p in ports if isinstance(p, Mapping)}
+    return frozenset(p for p in found if isinstance(p, int) and p != agent_port)
 
 
 class KubernetesBackend:
@@ -600,6 +610,9 @@ class KubernetesBackend:
             return patch
 
         await self._update(namespace, sandbox_id, change)
+
+    def preview(self, sandbox: Sandbox, port: int) -> str | None:
+        return sandbox.port_url(port)
 
     async def locate(self, sandbox_id: str) -> tuple[Sandbox, ...]:
         """From the watch's cache; on a miss, one direct list, within an allowance.

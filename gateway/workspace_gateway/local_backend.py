@@ -120,6 +120,9 @@ class LocalBackend:
         # its stop; and every port handed out until then, so none is handed out twice.
         self.processes: dict[asyncio.subprocess.Process, int] = {}
         self.ports: set[int] = set()
+        # The gateway's own ports on this host, which a preview must never reach (a request
+        # there would come back to the gateway, or read its metrics): `main` sets them.
+        self.reserved: set[int] = set()
         self.http = httpx.AsyncClient(timeout=10.0, trust_env=False)
         self.seed = secrets.token_bytes(32)
         """Keys the idempotency fingerprints of this process's sandboxes."""
@@ -314,6 +317,15 @@ class LocalBackend:
 
     async def list(self, namespace: str) -> list[Sandbox]:
         return [e.sandbox for e in self.entries.values() if e.sandbox.namespace == namespace]
+
+    def preview(self, sandbox: Sandbox, port: int) -> str | None:
+        """Any port of this host's loopback but an agent's or the gateway's own.
+
+        The local mode's sandboxes all listen there; the gateway warns of it at start.
+        """
+        if sandbox.endpoint is None or port in self.ports or port in self.reserved:
+            return None
+        return f"http://127.0.0.1:{port}"
 
     async def locate(self, sandbox_id: str) -> tuple[Sandbox, ...]:
         entry = self.entries.get(sandbox_id)

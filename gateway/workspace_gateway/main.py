@@ -13,7 +13,7 @@ from pathlib import Path
 
 import uvicorn
 
-from workspace_gateway import __version__, exposition, http_protocol, proxy
+from workspace_gateway import __version__, exposition, http_protocol, previews, proxy
 from workspace_gateway.app import build_app
 from workspace_gateway.backend import always, reap_forever, refill_forever
 from workspace_gateway.keys import KEY, Keys, StaticKeys, new_key
@@ -295,6 +295,13 @@ def main(argv: list[str] | None = None) -> None:
     pool = Pool(args.pool_size, Temperature(args.pool_temperature))
     pools = {(LOCAL_NAMESPACE, "base"): pool} if args.pool_size else {}
     local = LocalBackend(agent, getpass.getuser(), metrics=metrics, pools=pools)
+    metrics_port = args.metrics_address[1] if args.metrics_address else 0
+    local.reserved = {p for p in (args.address[1], metrics_port) if p}
+    log.warning(
+        "local mode: a preview (<port>-<id>.%s, or E2b-Sandbox-Port) reaches that port of this "
+        "machine's loopback, whichever process listens there",
+        args.domain,
+    )
     asyncio.run(serve(local, args, keys, metrics=metrics))
 
 
@@ -346,6 +353,12 @@ async def serve(
         host=host,
         port=port,
         http=http_protocol.bounded(args.head_timeout),
+        # Previews' WebSockets (`previews`), relayed message by message: no compression to
+        # undo and redo, and the client's own pings, not the gateway's.
+        ws="websockets-sansio",
+        ws_per_message_deflate=False,
+        ws_ping_interval=None,
+        ws_max_size=previews.MAX_MESSAGE_BYTES,
         lifespan="off",
         log_level=args.log_level,
         access_log=args.log_level == "debug",

@@ -7,6 +7,7 @@ any size pass through in chunks. Timeouts sit far above the SDK's 50 s keepalive
 import asyncio
 import posixpath
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import httpcore
@@ -287,6 +288,12 @@ async def _whole(receive: Receive, too_long: str) -> bytes:
     return bytes(body)
 
 
+def _streamed(scope: Scope, receive: Receive) -> AsyncIterator[bytes] | None:
+    """The request's body as it comes, if it has one: a preview's, never sent twice."""
+    names = {name.lower() for name, _ in scope["headers"]}
+    return _body(receive) if names & {b"content-length", b"transfer-encoding"} else None
+
+
 async def _content(scope: Scope, receive: Receive) -> bytes | AsyncIterator[bytes] | None:
     """The request's body: read whole when it can be sent again, else streamed, else none."""
     raw = list(scope["headers"])
@@ -309,13 +316,18 @@ async def forward(
     scope: Scope,
     receive: Receive,
     send: Send,
-    reinit: Callable[[], Awaitable[None]],
+    reinit: Callable[[], Awaitable[None]] | None,
     streams: Streams,
     tenant: str,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    unreachable: dict[str, Any] | None = None,
 ) -> None:
     """Stream this request to `endpoint` (the agent's base URL) and its answer back.
 
-    Only as one of `tenant`'s (its namespace's) admitted `streams`.
+    Only as one of `tenant`'s (its namespace's) admitted `streams`. A preview (a port of the
+    sandbox's own, `previews`) comes with the `headers` it sends, with no `reinit` (nothing
+    there is the agent's) and with what to answer when nothing listens (`unreachable`); the
+    agent's requests go with `forwarded_headers` and, unreachable, "not found".
 
     An agent that answers `X-Agent-Initialized: false` has restarted since the gateway's last
     `/init`: `reinit` gives it back its token and env vars, and the request is sent again.
@@ -329,28 +341,38 @@ async def forward(
         await respond_json(send, 429, {"code": 429, "message": refused})
         return
     try:
-        await _forward(
-            http, sandbox_id, endpoint, scope, receive, send, reinit, streams.large_reads
+        to = _Upstream(
+            endpoint,
+            forwarded_headers(list(scope["headers"])) if headers is None else headers,
+            not_found_body(sandbox_id) if unreachable is None else unreachable,
+            reinit,
         )
+        await _forward(http, to, scope, receive, send, streams.large_reads)
     finally:
         streams.release(tenant)
 
 
+@dataclass(frozen=True)
+class _Upstream:
+    endpoint: str
+    headers: list[tuple[bytes, bytes]]
+    unreachable: dict[str, Any]
+    reinit: Callable[[], Awaitable[None]] | None
+
+
 async def _forward(  # noqa: PLR0917  # forward's parts, passed on as they came
     http: httpx.AsyncClient,
-    sandbox_id: str,
-    endpoint: str,
+    to: _Upstream,
     scope: Scope,
     receive: Receive,
     send: Send,
-    reinit: Callable[[], Awaitable[None]],
     reads: LargeReads | None = None,
 ) -> None:
-    url = upstream(endpoint, scope)
-    headers = forwarded_headers(list(scope["headers"]))
+    url = upstream(to.endpoint, scope)
+    headers = to.headers
     incoming = {name.decode("latin-1").lower() for name, _ in headers}
     try:
-        content = await _content(scope, receive)
+        content = await _content(scope, receive) if to.reinit else _streamed(scope, receive)
     except _ClientGoneError:
         return
     for attempt in range(2):
@@ -362,12 +384,12 @@ async def _forward(  # noqa: PLR0917  # forward's parts, passed on as they came
         except _ClientGoneError:
             return
         except httpx.TransportError:
-            await respond_json(send, 502, not_found_body(sandbox_id))
+            await respond_json(send, 502, to.unreachable)
             return
-        if attempt or response.headers.get(INITIALIZED) != "false":
+        if to.reinit is None or attempt or response.headers.get(INITIALIZED) != "false":
             break
         await response.aclose()
-        await reinit()
+        await to.reinit()
         if not isinstance(content, bytes | None):
             raise GatewayError(
                 503, "the sandbox's agent restarted during this upload; send it again"

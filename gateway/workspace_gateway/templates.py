@@ -8,10 +8,14 @@ The platform team writes it once, as YAML:
         image: ubuntu-24.04       # a name in the platform's image catalog
         resources: {cpu: "2", memory: 4Gi, disk: 20Gi}   # optional, each within the preset
         pool: {size: 2, temperature: suspended}           # optional: no pool otherwise
+        ports: [3000, 5173, 8000]  # optional: the TCP ports previews reach (get_host)
 
 A template not listed is answered as E2B answers an unknown one (404). `pool` is the warm pool
 each tenant namespace gets of it (see `pools`): `size` members made ahead (0, the default, is
-none), `running` or `suspended` (the default: a member then costs only its disk).
+none), `running` or `suspended` (the default: a member then costs only its disk). `ports` are
+the sandbox's ports the gateway serves as previews (`<port>-<id>.<domain>`), each a
+`spec.ports` entry `port-<n>` of the WorkspaceSandbox: only a port named there is reachable at
+all (docs/security.md, "Previews").
 """
 
 import math
@@ -28,6 +32,9 @@ PRESET = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 RESOURCES = ("cpu", "memory", "disk")
 TEMPERATURES = ("running", "suspended")
 MAX_POOL = 100  # per template and namespace: more is a typo, and a bill
+MAX_PORTS = 16  # spec.ports' maxItems
+AGENT_PORT = 49983  # envd's, never a preview
+MAX_PORT = 65535
 SUFFIXES = {
     "": 1,
     "k": 10**3,
@@ -64,6 +71,7 @@ class Template:
     preset: str | None = None
     resources: dict[str, str] = field(default_factory=dict)
     pool: Pool = Pool()
+    ports: tuple[int, ...] = ()
 
     def spec(self) -> dict[str, Any]:
         """The WorkspaceSandbox spec it stands for (power and lifetime are the gateway's)."""
@@ -72,6 +80,8 @@ class Template:
             out["preset"] = self.preset
         if self.resources:
             out["resources"] = dict(self.resources)
+        if self.ports:
+            out["ports"] = [{"name": f"port-{p}", "port": p} for p in self.ports]
         return out
 
     def figures(self) -> tuple[int, int, int]:
@@ -104,7 +114,7 @@ def quantity(text: str) -> Decimal:
 def _template(name: str, value: object, where: str) -> Template:
     if not isinstance(value, dict):
         raise TemplateError(f"{where}: templates.{name} must be a mapping")
-    unknown = set(value) - {"image", "preset", "resources", "pool"}
+    unknown = set(value) - {"image", "preset", "resources", "pool", "ports"}
     if unknown:
         raise TemplateError(f"{where}: templates.{name} has unknown fields {sorted(unknown)}")
     image, preset = value.get("image"), value.get("preset")
@@ -129,7 +139,23 @@ def _template(name: str, value: object, where: str) -> Template:
             ) from None
         sizes[k] = str(v)
     pool = _pool(value.get("pool"), f"{where}: templates.{name}.pool")
-    return Template(image=image, preset=preset, resources=sizes, pool=pool)
+    ports = _ports(value.get("ports"), f"{where}: templates.{name}.ports")
+    return Template(image=image, preset=preset, resources=sizes, pool=pool, ports=ports)
+
+
+def _ports(value: object, where: str) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) > MAX_PORTS:
+        raise TemplateError(f"{where} must be a list of at most {MAX_PORTS} TCP ports")
+    for port in value:
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port <= MAX_PORT:
+            raise TemplateError(f"{where}: {port!r} is not a port from 1 to {MAX_PORT}")
+        if port == AGENT_PORT:
+            raise TemplateError(f"{where}: {AGENT_PORT} is the agent's, reached as envd already")
+    if len(set(value)) != len(value):
+        raise TemplateError(f"{where} names a port twice")
+    return tuple(sorted(value))
 
 
 def _pool(value: object, where: str) -> Pool:

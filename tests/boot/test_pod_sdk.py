@@ -79,6 +79,13 @@ def test_the_sdk_works_in_the_rendered_pod_and_its_hardening_holds(platform: Pod
     assert [e.name for e in sandbox.files.list("notes")] == ["kept.txt"]
     assert sandbox.commands.run("ls -l notes/kept.txt").stdout.split()[2:4] == ["user", "user"]
     assert sandbox.commands.run("stat -c '%U %s' notes/kept.txt").stdout == "user 4\n"
+    # E2B's home names the workspace too, for files and commands alike.
+    sandbox.files.write("/home/user/e2b.txt", "by E2B's path")
+    assert sandbox.files.read("/workspace/e2b.txt") == "by E2B's path"
+    assert sandbox.files.read("/home/user/notes/kept.txt") == "kept"
+    assert sandbox.commands.run("cd /home/user && cat e2b.txt notes/kept.txt").stdout == (
+        "by E2B's pathkept"
+    )
 
     git = (
         "git init -q repo && cd repo && git config user.email a@example.com"

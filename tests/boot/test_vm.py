@@ -106,6 +106,13 @@ def test_one_workspace_root_for_files_and_commands_as_the_user(tier: Tier) -> No
     assert (where, who, text, owner) == ("/workspace", "user", "written through the SDK", "user")
     assert int(uid) != 0
     assert tier.run("echo $GREETING") == "hello\n"
+    # E2B's home names the same root, for files and commands alike.
+    tier.sandbox.files.write("/home/user/e2b.txt", "by E2B's path")
+    assert tier.sandbox.files.read("/workspace/e2b.txt") == "by E2B's path"
+    assert tier.run("cat /home/user/notes.txt; echo; cd /home/user && cat e2b.txt") == (
+        "written through the SDK\nby E2B's path"
+    )
+    assert tier.run("stat -c '%U %F' /home/user", user="root") == "root symbolic link\n"
 
 
 def test_metrics_are_the_guest_s(tier: Tier) -> None:

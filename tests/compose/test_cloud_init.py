@@ -426,7 +426,11 @@ def test_the_script_names_nothing_in_the_users_home(
 ) -> None:
     # Checked everywhere, root or not; the boots above prove the rest where they can run.
     script = boot_command([KEY_A], account=account, platform=platform)[2]
-    assert "/home/" not in script
+    # The one name under /home is E2B's `/home/user`, a link root makes in root's /home to the
+    # workspace: no user can replace /home's entries, and `-T` makes nothing inside a
+    # directory an image may already have there.
+    assert script.count("/home/") == 1
+    assert ";ln -sfT $W /home/user||:;" in script
     assert "~/" not in script
 
 
@@ -434,7 +438,7 @@ def test_the_script_names_nothing_in_the_users_home(
 def test_eight_ed25519_keys_with_long_comments_fit_kubevirts_inline_limit(
     account: str, platform: SandboxPlatform
 ) -> None:
-    # The most keys the XRD allows, each with a 64-character comment: 2040 bytes of 2048 for
+    # The most keys the XRD allows, each with a 64-character comment: 2047 bytes of 2048 for
     # the longest script, an old VM's with the agent.
     keys = [KEY_A.replace("alice@laptop", f"{i}" * 64) for i in range(8)]
     ws = workspace({"ssh": {"authorizedKeys": keys}})

@@ -76,6 +76,9 @@ class Sandboxes:
         one = await self.get(namespace, sandbox_id)
         self.all[self.all.index(one)] = replace(one, end_at=end_at)
 
+    def preview(self, sandbox: Sandbox, port: int) -> str | None:
+        return sandbox.port_url(port)
+
     async def locate(self, sandbox_id: str) -> tuple[Sandbox, ...]:
         return tuple(s for s in self.all if s.sandbox_id == sandbox_id)
 

@@ -1,8 +1,10 @@
 """The control API's pieces: the metadata filter, pages, create requests and error shapes."""
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
+from typing import Any
 from urllib.parse import parse_qs, quote, urlencode
 
 import httpx
@@ -410,3 +412,53 @@ async def test_health_needs_no_key_and_says_whether_the_replica_can_serve(
     assert (await client.post("/health")).status_code == 401
     assert (await client.get("/health/x")).status_code == 401
     assert (await client.get("/sandboxes")).status_code == 401
+
+
+async def asgi_get(app: Any, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
+    """One GET to the app as a server hands it over; its status and body."""
+    sent: list[dict[str, Any]] = []
+    raw = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+    scope = {"type": "http", "method": "GET", "path": path, "query_string": b"", "headers": raw}
+    gone = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+
+async def test_a_declared_port_is_forwarded_to_that_port_of_the_sandbox_and_no_other() -> None:
+    """On a cluster a preview port is one of the WorkspaceSandbox's `spec.ports`: its Service
+    and its policies open those to the gateway, and the gateway reaches no other."""
+    seen: list[httpx.Request] = []
+
+    async def served() -> AsyncIterator[bytes]:
+        yield b"served"
+
+    def app_in_the_sandbox(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, content=served())  # streamed, as a server's answer is
+
+    backend = Sandboxes()
+    backend.all = [
+        sandbox(1, namespace="a", ports=frozenset({3000}), endpoint="http://svc.a:49983")
+    ]
+    async with httpx.AsyncClient(transport=httpx.MockTransport(app_in_the_sandbox)) as upstream:
+        app = build_app(backend, upstream, keys=StaticKeys({KEY: "a"}), domain="sbx.example.com")
+        host = "3000-sbx00000000000000001.sbx.example.com"
+        status, body = await asgi_get(app, "/app", {"Host": host, "X-Access-Token": TOKEN})
+        assert (status, body) == (200, b"served")
+        (request,) = seen
+        assert str(request.url) == "http://svc.a:3000/app"
+        assert request.headers["host"] == host
+        assert "x-access-token" not in request.headers
+        status, body = await asgi_get(app, "/", {"Host": "8080-" + host.partition("-")[2]})
+        assert status == 502
+        assert json.loads(body)["message"] == "The sandbox is running but port is not open: 8080"
+        assert len(seen) == 1

@@ -16,6 +16,7 @@ from workspace_gateway.kubernetes_backend import (
     ID_LABEL,
     PLURAL,
     access_token,
+    preview_ports,
 )
 from workspace_gateway.templates import Template, TemplateError, parse, quantity
 
@@ -283,3 +284,35 @@ async def test_metadata_and_env_vars_past_what_the_cache_keeps_are_refused_first
     assert answer.status_code == 400
     assert answer.json()["message"].startswith("metadata and envVars are too large: ")
     assert not [p for m, p, _ in world.cluster.requests if m == "POST" and p.endswith(PLURAL)]
+
+
+def test_a_sandboxs_preview_ports_are_its_spec_ports_but_the_agents() -> None:
+    obj = {"spec": {"ports": [{"name": "port-3000", "port": 3000}, {"name": "a", "port": 49983}]}}
+    assert preview_ports(obj, 49983) == frozenset({3000})
+    assert preview_ports({"spec": {"ports": "nonsense"}}, 49983) == frozenset()
+    assert preview_ports({}, 49983) == frozenset()
+
+
+def test_a_templates_ports_are_its_sandboxes_spec_ports() -> None:
+    text = "templates:\n  app:\n    image: ubuntu-24.04\n    ports: [8000, 3000]\n"
+    template = parse(text, "m.yaml")["app"]
+    assert template.ports == (3000, 8000)
+    assert template.spec()["ports"] == [
+        {"name": "port-3000", "port": 3000},
+        {"name": "port-8000", "port": 8000},
+    ]
+    assert "ports" not in Template(image="x").spec()
+    bad = {
+        "[49983]": "m.yaml: templates.app.ports: 49983 is the agent's, reached as envd already",
+        "[0]": "m.yaml: templates.app.ports: 0 is not a port from 1 to 65535",
+        "[true]": "m.yaml: templates.app.ports: True is not a port from 1 to 65535",
+        "[3000, 3000]": "m.yaml: templates.app.ports names a port twice",
+        "3000": "m.yaml: templates.app.ports must be a list of at most 16 TCP ports",
+        str(
+            list(range(1, 18))
+        ): "m.yaml: templates.app.ports must be a list of at most 16 TCP ports",
+    }
+    for ports, message in bad.items():
+        with pytest.raises(TemplateError) as e:
+            parse(f"templates:\n  app:\n    image: x\n    ports: {ports}\n", "m.yaml")
+        assert str(e.value) == message
