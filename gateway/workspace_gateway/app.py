@@ -221,7 +221,7 @@ async def _sandbox(
 ) -> None:
     if not proxy.origin_form(scope):
         raise GatewayError(400, "the request's target must be a path that starts with one /")
-    if proxy.internal(scope["path"]):
+    if target.port == proxy.ENVD_PORT and proxy.internal(scope["path"]):
         raise GatewayError(403, f"{scope['path']} is not reachable from outside the sandbox")
     query = scope.get("query_string", b"").decode("latin-1")
     parameters = {k: v[0] for k, v in parse_qs(query, keep_blank_values=True).items()}
@@ -337,6 +337,10 @@ async def _websocket(  # noqa: PLR0917  # the ASGI call's parts
             return
         entry.sandbox_id = target.sandbox_id
         entry.route = f"WEBSOCKET sandbox:{target.port} {scope['path']}"
+        if not proxy.origin_form(scope):
+            body = {"code": 400, "message": "the request's target must be a path"}
+            await previews.refuse(scope, send, 400, body)
+            return
         got = await previewed(backend, target)
         if isinstance(got, dict):
             await previews.refuse(scope, send, 502, got)

@@ -177,6 +177,17 @@ def _allowed(entry: str, field: str) -> dict[str, str]:
     return {"fqdn": entry.lower()}
 
 
+def _public_traffic(public: object) -> None:
+    """`network.allowPublicTraffic`: previews are public here, so only true (or nothing)."""
+    if public is not None and public is not True:
+        raise GatewayError(
+            400,
+            "network.allowPublicTraffic: previews are public on this gateway (anyone with the "
+            "sandbox's ID reaches the ports its template names); private previews with a "
+            "traffic access token are not offered yet",
+        )
+
+
 def egress_of(body: dict[str, Any]) -> dict[str, Any] | None:
     """The sandbox's `spec.network` that E2B's egress settings stand for; None: unrestricted.
 
@@ -193,14 +204,7 @@ def egress_of(body: dict[str, Any]) -> dict[str, Any] | None:
         network = {}
     if not isinstance(network, dict):
         raise GatewayError(400, "network must be an object")
-    public = network.get("allowPublicTraffic")
-    if public is not None and public is not True:
-        raise GatewayError(
-            400,
-            "network.allowPublicTraffic: previews are public on this gateway (anyone with the "
-            "sandbox's ID reaches the ports its template names); private previews with a "
-            "traffic access token are not offered yet",
-        )
+    _public_traffic(network.get("allowPublicTraffic"))
     for name in sorted(network):
         if name not in {*NETWORK_OFFERED, "allowPublicTraffic"} and network[name] is not None:
             raise GatewayError(400, f"'network.{name}' is not offered by this gateway")

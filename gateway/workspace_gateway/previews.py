@@ -22,7 +22,9 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 from websockets.frames import CloseCode
 
+from workspace_gateway import proxy
 from workspace_gateway.asgi import Receive, Scope, Send, respond_json
+from workspace_gateway.errors import GatewayError
 from workspace_gateway.proxy import HOP_BY_HOP, Streams
 
 GATEWAY_HEADERS = frozenset(
@@ -79,11 +81,12 @@ def headers(
 
 
 def ws_url(base: str, scope: Scope) -> str:
-    """The port's WebSocket URL for this request: `base` (`http://host:port`) and its target."""
-    raw: bytes = scope.get("raw_path") or scope["path"].encode()
-    query: bytes = scope.get("query_string", b"")
-    target = raw.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
-    return "ws" + base.removeprefix("http") + target
+    """The port's WebSocket URL for this request: `base` (`http://host:port`) and its target.
+
+    Only its target replaces the URL's (`proxy.upstream`): never its host or port.
+    """
+    url = proxy.upstream(base, scope)
+    return str(url.copy_with(scheme="ws"))
 
 
 async def refuse(scope: Scope, send: Send, status: int, body: dict[str, Any]) -> None:
@@ -126,8 +129,13 @@ async def _websocket(  # noqa: PLR0917  # websocket's parts
         for k, v in headers(list(scope["headers"]), drop=HANDSHAKE)
     ]
     try:
+        url = ws_url(base, scope)
+    except GatewayError as e:
+        await refuse(scope, send, e.status, e.body())
+        return
+    try:
         upstream = await connect(
-            ws_url(base, scope),
+            url,
             additional_headers=extra,
             subprotocols=scope.get("subprotocols") or None,
             open_timeout=OPEN_SECONDS,

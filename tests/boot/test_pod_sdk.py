@@ -13,6 +13,7 @@ skip, and with `CI` set they fail. pip and npm reach their registries through th
 `pod_host.egress`), as a node's pods do.
 """
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +31,10 @@ from tests.gateway.stand_in import serving
 pytestmark = pytest.mark.pod
 
 POD = Template(
-    image="ubuntu-24.04", preset="gvisor", resources={"cpu": "1", "memory": "2Gi", "disk": "10Gi"}
+    image="ubuntu-24.04",
+    preset="gvisor",
+    resources={"cpu": "1", "memory": "2Gi", "disk": "10Gi"},
+    ports=(8000,),
 )
 COMMAND_SECONDS = 120
 
@@ -100,6 +104,20 @@ def test_the_sdk_works_in_the_rendered_pod_and_its_hardening_holds(platform: Pod
         " && node -e 'console.log(require(\"is-number\")(1))'"
     )
     assert shell(sandbox, npm).endswith("true\nrc=0\n"), shell(sandbox, "env")
+
+    # A preview: a server the user starts on the template's port, reached through the gateway
+    # at the pod's own address, with no credential; a port the template doesn't name is not.
+    sandbox.files.write("site/index.html", "previewed")
+    sandbox.commands.run("cd site && exec python3 -m http.server 8000", background=True)
+    gateway = os.environ["E2B_SANDBOX_URL"]
+    route = {"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": "8000"}
+    deadline = time.monotonic() + COMMAND_SECONDS
+    while (page := httpx.get(gateway + "/index.html", headers=route)).status_code == 502:
+        assert time.monotonic() < deadline, page.text
+        time.sleep(0.5)
+    assert (page.status_code, page.text) == (200, "previewed")
+    other = httpx.get(gateway + "/", headers={**route, "E2b-Sandbox-Port": "8001"})
+    assert other.json()["message"] == "The sandbox is running but port is not open: 8001"
 
     # A sample of what the sandbox sees, through the gateway from the agent in the pod.
     (sample,) = sandbox.get_metrics()

@@ -462,3 +462,71 @@ async def test_a_declared_port_is_forwarded_to_that_port_of_the_sandbox_and_no_o
         assert status == 502
         assert json.loads(body)["message"] == "The sandbox is running but port is not open: 8080"
         assert len(seen) == 1
+
+
+async def test_envds_internal_paths_are_refused_on_its_port_alone() -> None:
+    async def served() -> AsyncIterator[bytes]:
+        yield b"the app's own /init"
+
+    seen: list[httpx.Request] = []
+
+    def app_in_the_sandbox(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, content=served())
+
+    backend = Sandboxes()
+    backend.all = [
+        sandbox(1, namespace="a", ports=frozenset({3000}), endpoint="http://svc.a:49983")
+    ]
+    async with httpx.AsyncClient(transport=httpx.MockTransport(app_in_the_sandbox)) as upstream:
+        app = build_app(backend, upstream, keys=StaticKeys({KEY: "a"}), domain="sbx.example.com")
+        to = "sbx00000000000000001.sbx.example.com"
+        status, body = await asgi_get(app, "/init", {"Host": f"3000-{to}"})
+        assert (status, body) == (200, b"the app's own /init")
+        assert [str(r.url) for r in seen] == ["http://svc.a:3000/init"]
+        status, body = await asgi_get(
+            app, "/init", {"Host": f"49983-{to}", "X-Access-Token": TOKEN}
+        )
+        assert status == 403
+        assert len(seen) == 1
+
+
+async def websocket_answer(app: Any, raw_path: bytes, host: str) -> list[dict[str, Any]]:
+    """A WebSocket handshake as a server hands it over; what the app sent back."""
+    sent: list[dict[str, Any]] = []
+    scope = {
+        "type": "websocket", "path": raw_path.decode(), "raw_path": raw_path,
+        "query_string": b"", "headers": [(b"host", host.encode())], "subprotocols": [],
+        "extensions": {"websocket.http.response": {}},
+    }  # fmt: skip
+    messages = [{"type": "websocket.connect"}]
+
+    async def receive() -> dict[str, Any]:
+        if messages:
+            return messages.pop()
+        await asyncio.Event().wait()
+        return {"type": "websocket.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    return sent
+
+
+async def test_a_websocket_whose_target_is_not_a_path_reaches_nothing() -> None:
+    """`@host/` as a target would make the port's URL name another host (`ws://a:3000@host/`)."""
+    backend = Sandboxes()
+    backend.all = [
+        sandbox(1, namespace="a", ports=frozenset({3000}), endpoint="http://svc.a:49983")
+    ]
+    async with httpx.AsyncClient() as upstream:
+        app = build_app(backend, upstream, keys=StaticKeys({KEY: "a"}), domain="sbx.example.com")
+        host = "3000-sbx00000000000000001.sbx.example.com"
+        for target in (b"@169.254.169.254/latest", b"http://169.254.169.254/", b"*"):
+            sent = await websocket_answer(app, target, host)
+            assert sent[0] == {
+                "type": "websocket.http.response.start",
+                "status": 400,
+                "headers": sent[0]["headers"],
+            }, target

@@ -60,6 +60,8 @@ def test_the_npm_sdk_s_core_cycle(
     assert seen["stdout"].splitlines()[0] == "hello"
     assert seen["read"] == "written by node"
     assert seen["entries"] == ["from-js.txt"]
+    assert seen["host"] is True
+    assert seen["preview"] == [200, "written by node"]
     both = sorted([seen["id"], seen["second"]])
     assert seen["both"] == seen["byTemplate"] == both
     assert seen["otherTemplate"] == []

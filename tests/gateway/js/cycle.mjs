@@ -28,6 +28,24 @@ try {
   seen.otherTemplate = await listed({ template: 'code-interpreter-v1' })
   seen.startedAfter = await listed({ startedAfter: between })
 
+  // A preview: a server started in the sandbox (on a free loopback port in local mode),
+  // reached through the gateway by the SDK's header route, with no credential.
+  const serve =
+    "python3 -c \"import http.server,os;s=http.server.ThreadingHTTPServer(('127.0.0.1',0)," +
+    "http.server.SimpleHTTPRequestHandler);open('port~','w').write(str(s.server_port));" +
+    "os.rename('port~','port');s.serve_forever()\""
+  await first.commands.run(serve, { background: true })
+  for (let i = 0; !(await first.files.exists('port')); i++) {
+    assert.ok(i < 300, 'the server in the sandbox never started')
+    await new Promise((done) => setTimeout(done, 100))
+  }
+  const port = Number(await first.files.read('port'))
+  seen.host = first.getHost(port) === `${port}-${first.sandboxId}.e2b.localhost`
+  const page = await fetch(`${process.env.E2B_SANDBOX_URL}/notes/from-js.txt`, {
+    headers: { 'E2b-Sandbox-Id': first.sandboxId, 'E2b-Sandbox-Port': String(port) },
+  })
+  seen.preview = [page.status, await page.text()]
+
   const metrics = await first.getMetrics()
   assert.equal(metrics.length, 1)
   seen.metrics = { cpuCount: metrics[0].cpuCount, memTotal: metrics[0].memTotal }
