@@ -36,6 +36,11 @@ SMOKE = {
         "MiB write |",
         "MiB read |",
     ),
+    "bench.preview_benchmark": (
+        "smoke run: every page and every echo came back whole",
+        "| HTTP GET of 2 KiB: p50 |",
+        "| WebSocket round trip of 64 bytes: p50 |",
+    ),
     "bench.pool_benchmark": (
         "smoke run: every hit, miss and connect answered its first command",
         "| hit, running |",
