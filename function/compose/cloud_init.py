@@ -1,5 +1,6 @@
-"""NoCloud user data for the guest: the unprivileged user, SSH keys, /workspace (also reached
-as /home/user, E2B's home) and DNS.
+"""NoCloud user data for the guest: the unprivileged user, SSH keys, /workspace and DNS.
+
+/workspace is reached as /home/user too, E2B's home.
 
 KubeVirt inlines user data into the VM object, where the guest and anyone who can read the VM
 see it, and caps it at 2048 bytes. So it carries no secret, only public keys and public

@@ -1,6 +1,7 @@
 """The control API's pieces: the metadata filter, pages, create requests and error shapes."""
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
@@ -433,42 +434,14 @@ async def asgi_get(app: Any, path: str, headers: dict[str, str]) -> tuple[int, b
     return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
 
 
-async def test_a_declared_port_is_forwarded_to_that_port_of_the_sandbox_and_no_other() -> None:
-    """On a cluster a preview port is one of the WorkspaceSandbox's `spec.ports`: its Service
-    and its policies open those to the gateway, and the gateway reaches no other."""
+@contextlib.asynccontextmanager
+async def previewing(answer: bytes) -> AsyncIterator[tuple[Any, list[httpx.Request]]]:
+    """The app over one sandbox that names port 3000, whose app answers `answer` (streamed,
+    as a server's answer is), and the requests that reached it."""
     seen: list[httpx.Request] = []
 
     async def served() -> AsyncIterator[bytes]:
-        yield b"served"
-
-    def app_in_the_sandbox(request: httpx.Request) -> httpx.Response:
-        seen.append(request)
-        return httpx.Response(200, content=served())  # streamed, as a server's answer is
-
-    backend = Sandboxes()
-    backend.all = [
-        sandbox(1, namespace="a", ports=frozenset({3000}), endpoint="http://svc.a:49983")
-    ]
-    async with httpx.AsyncClient(transport=httpx.MockTransport(app_in_the_sandbox)) as upstream:
-        app = build_app(backend, upstream, keys=StaticKeys({KEY: "a"}), domain="sbx.example.com")
-        host = "3000-sbx00000000000000001.sbx.example.com"
-        status, body = await asgi_get(app, "/app", {"Host": host, "X-Access-Token": TOKEN})
-        assert (status, body) == (200, b"served")
-        (request,) = seen
-        assert str(request.url) == "http://svc.a:3000/app"
-        assert request.headers["host"] == host
-        assert "x-access-token" not in request.headers
-        status, body = await asgi_get(app, "/", {"Host": "8080-" + host.partition("-")[2]})
-        assert status == 502
-        assert json.loads(body)["message"] == "The sandbox is running but port is not open: 8080"
-        assert len(seen) == 1
-
-
-async def test_envds_internal_paths_are_refused_on_its_port_alone() -> None:
-    async def served() -> AsyncIterator[bytes]:
-        yield b"the app's own /init"
-
-    seen: list[httpx.Request] = []
+        yield answer
 
     def app_in_the_sandbox(request: httpx.Request) -> httpx.Response:
         seen.append(request)
@@ -479,14 +452,37 @@ async def test_envds_internal_paths_are_refused_on_its_port_alone() -> None:
         sandbox(1, namespace="a", ports=frozenset({3000}), endpoint="http://svc.a:49983")
     ]
     async with httpx.AsyncClient(transport=httpx.MockTransport(app_in_the_sandbox)) as upstream:
-        app = build_app(backend, upstream, keys=StaticKeys({KEY: "a"}), domain="sbx.example.com")
-        to = "sbx00000000000000001.sbx.example.com"
-        status, body = await asgi_get(app, "/init", {"Host": f"3000-{to}"})
+        yield build_app(backend, upstream, keys=StaticKeys({KEY: "a"}), domain=PREVIEWS), seen
+
+
+PREVIEWS = "sbx.example.com"
+PREVIEWED = f"sbx00000000000000001.{PREVIEWS}"
+
+
+async def test_a_declared_port_is_forwarded_to_that_port_of_the_sandbox_and_no_other() -> None:
+    """On a cluster a preview port is one of the WorkspaceSandbox's `spec.ports`: its Service
+    and its policies open those to the gateway, and the gateway reaches no other."""
+    async with previewing(b"served") as (app, seen):
+        host = f"3000-{PREVIEWED}"
+        status, body = await asgi_get(app, "/app", {"Host": host, "X-Access-Token": TOKEN})
+        assert (status, body) == (200, b"served")
+        (request,) = seen
+        assert str(request.url) == "http://svc.a:3000/app"
+        assert request.headers["host"] == host
+        assert "x-access-token" not in request.headers
+        status, body = await asgi_get(app, "/", {"Host": f"8080-{PREVIEWED}"})
+        assert status == 502
+        assert json.loads(body)["message"] == "The sandbox is running but port is not open: 8080"
+        assert len(seen) == 1
+
+
+async def test_envds_internal_paths_are_refused_on_its_port_alone() -> None:
+    async with previewing(b"the app's own /init") as (app, seen):
+        status, body = await asgi_get(app, "/init", {"Host": f"3000-{PREVIEWED}"})
         assert (status, body) == (200, b"the app's own /init")
         assert [str(r.url) for r in seen] == ["http://svc.a:3000/init"]
-        status, body = await asgi_get(
-            app, "/init", {"Host": f"49983-{to}", "X-Access-Token": TOKEN}
-        )
+        headers = {"Host": f"49983-{PREVIEWED}", "X-Access-Token": TOKEN}
+        status, body = await asgi_get(app, "/init", headers)
         assert status == 403
         assert len(seen) == 1
 

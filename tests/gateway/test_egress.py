@@ -96,9 +96,11 @@ def test_egress_settings_become_the_sandboxs_network(
         ({"network": {"rules": {}}}, "'network.rules' is not offered by this gateway"),
         (
             {"network": {"allowPublicTraffic": False}},
-            "network.allowPublicTraffic: previews are public on this gateway (anyone with the "
-            "sandbox's ID reaches the ports its template names); private previews with a "
-            "traffic access token are not offered yet",
+            (
+                "network.allowPublicTraffic: previews are public on this gateway (anyone with "
+                "the sandbox's ID reaches the ports its template names); private previews with "
+                "a traffic access token are not offered yet"
+            ),
         ),
         ({"network": "none"}, "network must be an object"),
         ({"allow_internet_access": "no"}, "allow_internet_access must be true or false"),
