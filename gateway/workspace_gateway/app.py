@@ -111,9 +111,14 @@ def build_app(
     domain: str,
     streams: proxy.Streams | None = None,
 ) -> ASGIApp:
-    """The gateway's ASGI app; `streams` caps the data plane's (default: proxy's defaults)."""
+    """The gateway's ASGI app; `streams` caps the data plane's (default: proxy's defaults).
+
+    Previews are counted apart, under the same caps: they are public, so whoever has a sandbox's
+    ID can hold its namespace's preview streams, but never the streams its SDK calls need.
+    """
     control = Control(backend, domain, http)
     streams = streams or proxy.Streams()
+    previewing = proxy.Streams(streams.most, streams.per_tenant)
     reinits = Reinits(backend)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -122,7 +127,7 @@ def build_app(
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         target = route(headers, domain)
         if scope["type"] == "websocket":
-            await _websocket(backend, target, scope, receive, send, streams)
+            await _websocket(backend, target, scope, receive, send, previewing)
             return
         if target is None and (scope["method"], scope["path"]) == ("GET", "/health"):
             # E2B's API answers this without a key; probes call it, so it is not audited.
@@ -151,6 +156,7 @@ def build_app(
                     receive=receive,
                     send=send,
                     streams=streams,
+                    previewing=previewing,
                 )
         except GatewayError as e:
             await respond_json(send, e.status, e.body())
@@ -218,6 +224,7 @@ async def _sandbox(
     receive: Receive,
     send: Send,
     streams: proxy.Streams,
+    previewing: proxy.Streams,
 ) -> None:
     if not proxy.origin_form(scope):
         raise GatewayError(400, "the request's target must be a path that starts with one /")
@@ -231,8 +238,9 @@ async def _sandbox(
         raise NO_CREDENTIAL
     if target.port != proxy.ENVD_PORT:
         await _preview(
-            backend, http, target, entry, scope=scope, receive=receive, send=send, streams=streams
-        )
+            backend, http, target, entry, scope=scope, receive=receive, send=send,
+            streams=previewing,
+        )  # fmt: skip
         return
     found = await backend.locate(target.sandbox_id)
     if not found:
@@ -341,7 +349,11 @@ async def _websocket(  # noqa: PLR0917  # the ASGI call's parts
             body = {"code": 400, "message": "the request's target must be a path"}
             await previews.refuse(scope, send, 400, body)
             return
-        got = await previewed(backend, target)
+        try:
+            got = await previewed(backend, target)
+        except GatewayError as e:
+            await previews.refuse(scope, send, e.status, e.body())
+            return
         if isinstance(got, dict):
             await previews.refuse(scope, send, 502, got)
             return

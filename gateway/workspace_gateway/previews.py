@@ -16,8 +16,11 @@ agents' and the gateway's own. The agent's port is never one: it is envd, behind
 
 import asyncio
 import contextlib
+import re
+import socket
 from typing import Any
 
+import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 from websockets.frames import CloseCode
@@ -80,13 +83,45 @@ def headers(
     return [(name, value) for name, value in raw if name.decode("latin-1").lower() not in gone]
 
 
-def ws_url(base: str, scope: Scope) -> str:
-    """The port's WebSocket URL for this request: `base` (`http://host:port`) and its target.
+HOST = re.compile(r"[A-Za-z0-9.\-]+(:[0-9]{1,5})?|\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?")
+"""A `Host` the handshake may carry on: a name or an address, and a port."""
 
-    Only its target replaces the URL's (`proxy.upstream`): never its host or port.
+
+def ws_url(base: str, scope: Scope, host: str | None = None) -> str:
+    """The WebSocket URL the handshake names: the client's `host`, and the request's target.
+
+    The client's `host` where it is one (Jupyter and others compare `Origin` with it), else
+    `base`'s. Only its target replaces the URL's (`proxy.upstream`), and the connection
+    itself is made to `base` (`_dial`): the URL names what the handshake says, never where it
+    goes.
     """
-    url = proxy.upstream(base, scope)
-    return str(url.copy_with(scheme="ws"))
+    url = proxy.upstream(base, scope).copy_with(scheme="ws")
+    if host is not None and HOST.fullmatch(host):
+        return f"ws://{host}{url.raw_path.decode('ascii')}"
+    return str(url)
+
+
+async def _dial(base: str) -> socket.socket:
+    """A TCP connection to `base`'s host and port, which the handshake then runs on.
+
+    Made here, so that no redirect the sandbox answers the handshake with is followed: a
+    client given its socket follows none (it raises ValueError instead).
+    """
+    url = httpx.URL(base)
+    loop = asyncio.get_running_loop()
+    found = await loop.getaddrinfo(url.host, url.port, type=socket.SOCK_STREAM)
+    error: OSError = OSError(f"{url.host} has no address")
+    for family, kind, protocol, _, address in found:
+        sock = socket.socket(family, kind, protocol)
+        sock.setblocking(False)  # noqa: FBT003  # socket's own signature
+        try:
+            await loop.sock_connect(sock, address)
+        except OSError as e:
+            sock.close()
+            error = e
+            continue
+        return sock
+    raise error
 
 
 async def refuse(scope: Scope, send: Send, status: int, body: dict[str, Any]) -> None:
@@ -128,24 +163,34 @@ async def _websocket(  # noqa: PLR0917  # websocket's parts
         (k.decode("latin-1"), v.decode("latin-1"))
         for k, v in headers(list(scope["headers"]), drop=HANDSHAKE)
     ]
+    given = dict(scope["headers"]).get(b"host")
     try:
-        url = ws_url(base, scope)
+        url = ws_url(base, scope, given.decode("latin-1") if given else None)
     except GatewayError as e:
         await refuse(scope, send, e.status, e.body())
         return
     try:
+        sock = await asyncio.wait_for(_dial(base), OPEN_SECONDS)
+    except (OSError, TimeoutError):
+        await refuse(scope, send, 502, not_open(sandbox_id, port))
+        return
+    try:
         upstream = await connect(
             url,
+            sock=sock,
             additional_headers=extra,
             subprotocols=scope.get("subprotocols") or None,
             open_timeout=OPEN_SECONDS,
             max_size=MAX_MESSAGE_BYTES,
+            max_queue=1,  # one message held for a client that reads slowly, not sixteen
             compression=None,
             ping_interval=None,  # the client's pings pass through as theirs
             user_agent_header=None,
             proxy=None,
         )
-    except (OSError, TimeoutError, InvalidHandshake, InvalidURI):
+    except (OSError, TimeoutError, InvalidHandshake, InvalidURI, ValueError):
+        # ValueError: a redirect, which is never followed (`_dial`).
+        sock.close()
         await refuse(scope, send, 502, not_open(sandbox_id, port))
         return
     async with upstream:
@@ -158,16 +203,25 @@ async def _websocket(  # noqa: PLR0917  # websocket's parts
             down.cancel()
             up.cancel()
         if down.done() and not down.cancelled():
-            # The sandbox's side closed: the client gets its code.
-            code = upstream.close_code or CloseCode.NORMAL_CLOSURE
+            # The sandbox's side closed: the client gets its code, or one a close frame can
+            # carry where there was none (1005) or the connection just dropped (1006).
+            code = CLOSE_CODES.get(upstream.close_code, upstream.close_code)
             with contextlib.suppress(Exception):
                 await send(
                     {"type": "websocket.close", "code": code, "reason": upstream.close_reason or ""}
                 )
 
 
+CLOSE_CODES = {
+    None: CloseCode.NORMAL_CLOSURE,
+    CloseCode.NO_STATUS_RCVD: CloseCode.NORMAL_CLOSURE,
+    CloseCode.ABNORMAL_CLOSURE: CloseCode.INTERNAL_ERROR,
+}
+
+
 async def _down(upstream: ClientConnection, send: Send) -> None:
-    with contextlib.suppress(ConnectionClosed):
+    # OSError: the client went (uvicorn's ClientDisconnected), which `_up` hears too.
+    with contextlib.suppress(ConnectionClosed, OSError):
         async for message in upstream:
             key = "bytes" if isinstance(message, bytes) else "text"
             await send({"type": "websocket.send", key: message})

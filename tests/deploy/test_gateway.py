@@ -327,7 +327,8 @@ def test_out_only_to_agents_the_api_server_and_dns() -> None:
                 ]
             }
         ],
-        "toPorts": [{"ports": [{"port": str(PLATFORM.gateway.agent_port), "protocol": "TCP"}]}],
+        # The agent's port and the previews': each sandbox's own ingress says which answer.
+        "toPorts": [{"ports": [{"port": "1", "endPort": 65535, "protocol": "TCP"}]}],
     }
     assert api_server == {"toEntities": ["kube-apiserver"]}
     assert dns == {

@@ -50,13 +50,24 @@ async def echo(ws):
         if message == "close 4001":
             await ws.close(4001, "asked to")
             return
-        await ws.send(message)
+        await ws.send(ws.request.headers["Host"] if message == "host?" else message)
+
+
+def redirect(connection, request):
+    # A sandbox that answers the handshake with a redirect elsewhere (TRAP: the test's).
+    if request.path == "/redirect":
+        response = connection.respond(302, "")
+        response.headers["Location"] = "ws://127.0.0.1:TRAP/"
+        return response
+    return None
 
 
 async def main():
     web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
     threading.Thread(target=web.serve_forever, daemon=True).start()
-    async with serve(echo, "127.0.0.1", 0, subprotocols=["chat"], max_size=None) as ws:
+    async with serve(
+        echo, "127.0.0.1", 0, subprotocols=["chat"], max_size=None, process_request=redirect
+    ) as ws:
         ports = {"http": web.server_port, "ws": ws.sockets[0].getsockname()[1]}
         with open("ports.json~", "w") as f:
             json.dump(ports, f)
@@ -69,14 +80,25 @@ asyncio.run(main())
 
 
 @pytest.fixture
+def trap() -> Iterator[socket.socket]:
+    """A listener the sandbox's server redirects WebSockets to: nothing may connect to it."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        listener.setblocking(False)  # noqa: FBT003  # socket's own signature
+        yield listener
+
+
+@pytest.fixture
 def served(
     gateway: Gateway,  # noqa: F811  # the imported fixture
     monkeypatch: pytest.MonkeyPatch,
+    trap: socket.socket,
 ) -> Iterator[tuple[Sandbox, dict[str, int]]]:
     """A sandbox running an HTTP echo server and a WebSocket echo server, and their ports."""
     point_sdk_at(gateway, monkeypatch)
     sandbox = Sandbox.create()
-    sandbox.files.write("previews_server.py", SERVER)
+    sandbox.files.write("previews_server.py", SERVER.replace("TRAP", str(trap.getsockname()[1])))
     # The test's own Python, which has `websockets`: the local mode's sandbox is this machine.
     sandbox.commands.run(f"{sys.executable} previews_server.py", background=True)
     deadline = time.monotonic() + 30
@@ -220,3 +242,35 @@ def test_a_websocket_message_past_16_mib_closes_the_connection_with_1009(
 ) -> None:
     sandbox, ports = served
     assert asyncio.run(too_big(gateway.url, host_of(sandbox, ports["ws"]))) == 1009
+
+
+async def host_seen(gateway_url: str, host: str) -> object:
+    address = urlsplit(gateway_url)
+    sock = socket.create_connection((address.hostname, address.port))
+    async with connect(f"ws://{host}/", sock=sock, subprotocols=["chat"]) as ws:
+        await ws.send("host?")
+        return await ws.recv()
+
+
+def test_a_websocket_keeps_the_clients_host_and_follows_no_redirect(
+    gateway: Gateway,  # noqa: F811  # the imported fixture
+    served: tuple[Sandbox, dict[str, int]],
+    trap: socket.socket,
+) -> None:
+    """The handshake names the client's `Host` (Jupyter compares `Origin` with it); a sandbox
+    that answers it with a redirect to another address sends the gateway nowhere: 502."""
+    sandbox, ports = served
+    host = host_of(sandbox, ports["ws"])
+    assert asyncio.run(host_seen(gateway.url, host)) == host
+
+    async def redirected() -> int:
+        address = urlsplit(gateway.url)
+        sock = socket.create_connection((address.hostname, address.port))
+        with pytest.raises(InvalidStatus) as answer:
+            async with connect(f"ws://{host}/redirect", sock=sock):
+                pass
+        return answer.value.response.status_code
+
+    assert asyncio.run(redirected()) == 502
+    with pytest.raises(BlockingIOError):
+        trap.accept()
