@@ -212,7 +212,7 @@ async def _websocket(  # noqa: PLR0917  # websocket's parts
                 )
 
 
-CLOSE_CODES = {
+CLOSE_CODES: dict[int | None, int] = {
     None: CloseCode.NORMAL_CLOSURE,
     CloseCode.NO_STATUS_RCVD: CloseCode.NORMAL_CLOSURE,
     CloseCode.ABNORMAL_CLOSURE: CloseCode.INTERNAL_ERROR,
