@@ -73,13 +73,7 @@ def headers(
     Less hop-by-hop ones (`Host` stays), those `Connection` names, the gateway's own, and
     `drop`.
     """
-    named = {
-        token.strip().lower()
-        for name, value in raw
-        if name.lower() == b"connection"
-        for token in value.decode("latin-1").split(",")
-    }
-    gone = (HOP_BY_HOP - {"host"}) | GATEWAY_HEADERS | named | drop
+    gone = (HOP_BY_HOP - {"host"}) | GATEWAY_HEADERS | proxy.connection_named(raw) | drop
     return [(name, value) for name, value in raw if name.decode("latin-1").lower() not in gone]
 
 

@@ -228,17 +228,22 @@ def not_found_body(sandbox_id: str) -> dict[str, Any]:
     return {"sandboxId": sandbox_id, "message": "The sandbox was not found", "code": 502}
 
 
-def forwarded_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """The request's headers less hop-by-hop ones, those `Connection` names, and credentials.
-
-    The API key goes, and any `Authorization` but envd's `Basic`, which names a user.
-    """
-    named = {
+def connection_named(raw: list[tuple[bytes, bytes]]) -> set[str]:
+    """The headers the request's `Connection` names, lower-cased: hop-by-hop, never forwarded."""
+    return {
         token.strip().lower()
         for name, value in raw
         if name.lower() == b"connection"
         for token in value.decode("latin-1").split(",")
     }
+
+
+def forwarded_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The request's headers less hop-by-hop ones, those `Connection` names, and credentials.
+
+    The API key goes, and any `Authorization` but envd's `Basic`, which names a user.
+    """
+    named = connection_named(raw)
     return [
         (name, value)
         for name, value in raw

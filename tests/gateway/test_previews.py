@@ -17,7 +17,12 @@ from e2b import Sandbox
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from tests.gateway.sdk.conftest import Gateway, gateway, point_sdk_at  # noqa: F401  # the fixture
+from tests.gateway.sdk.conftest import (  # noqa: F401  # the fixture
+    Gateway,
+    free_port,
+    gateway,
+    point_sdk_at,
+)
 
 DOMAIN = "e2b.localhost"  # the gateway's default --domain
 SERVER = r"""
@@ -144,12 +149,6 @@ def test_an_http_preview_reaches_the_port_without_a_credential_and_gets_none(
     assert posted.json() == {"bytes": len(body), "sha256": hashlib.sha256(body).hexdigest()}
     relayed = dict(json.loads(httpx.get(f"{gateway.url}/", headers=by_header).text)["headers"])
     assert {"e2b-sandbox-id", "e2b-sandbox-port"} & set(relayed) == set()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_a_port_nothing_serves_and_a_sandbox_not_running_are_e2bs_answers(
