@@ -83,6 +83,8 @@ class InitRequest:
     access_token: str | None
     default_user: str | None
     default_workdir: str | None
+    code_interpreter: bool | None = None
+    """This project's own: whether the sandbox runs the code interpreter (`interpreting`)."""
 
 
 def parse_init(body: bytes) -> InitRequest:
@@ -104,7 +106,11 @@ def parse_init(body: bytes) -> InitRequest:
         field = value.get(name)
         if field is not None and (not isinstance(field, str) or not field):
             raise AgentError(Code.INVALID_ARGUMENT, f"{name} must be a non-empty string")
+    interpreter = value.get("codeInterpreter")
+    if interpreter is not None and not isinstance(interpreter, bool):
+        raise AgentError(Code.INVALID_ARGUMENT, "codeInterpreter must be true or false")
     return InitRequest(
+        code_interpreter=interpreter,
         env=env,
         access_token=value.get("accessToken"),
         default_user=value.get("defaultUser"),
@@ -118,6 +124,10 @@ def apply_init(agent: Agent, request: InitRequest) -> None:
         user = agent.users.resolve(request.default_user)
     except AgentError as e:
         raise AgentError(Code.INVALID_ARGUMENT, f"defaultUser: {e.message}") from None
+    if request.code_interpreter and (missing := agent.interpreter.missing) is not None:
+        raise AgentError(
+            Code.FAILED_PRECONDITION, f"codeInterpreter: this sandbox cannot run it: {missing}"
+        )
     workdir = agent.session.workdir
     if request.default_workdir is not None:
         workdir = Path(paths.resolve(request.default_workdir, agent.workdir, user.home))
@@ -131,6 +141,8 @@ def apply_init(agent: Agent, request: InitRequest) -> None:
         agent.session.env = dict(request.env)
     if request.access_token is not None:
         agent.session.access_token = request.access_token
+    if request.code_interpreter is not None:
+        agent.session.code_interpreter = request.code_interpreter
     agent.session.workdir = workdir
 
 
@@ -165,4 +177,8 @@ async def init(agent: Agent, scope: Scope, receive: Receive, send: Send) -> None
     except AgentError as e:
         await respond_error(send, e)
         return
+    if agent.session.code_interpreter:
+        await agent.interpreter.configure(agent.users.resolve(None), agent.session.env)
+    else:
+        await agent.interpreter.close()
     await respond(send, 204, headers=((b"cache-control", b"no-store"),))

@@ -181,6 +181,11 @@ def _popen(
         ) from None
 
 
+def as_user(user: User | None) -> Callable[[], None]:
+    """What a child runs between fork and exec to become `user` (None: stay who it is)."""
+    return _in_child(user, None, terminal=False)
+
+
 def _in_child(user: User | None, cwd: Path | None, *, terminal: bool) -> Callable[[], None]:
     """What runs between fork and exec: the OOM score, the user, its cwd, the terminal."""
 

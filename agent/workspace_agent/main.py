@@ -16,7 +16,7 @@ from pathlib import Path
 
 import uvicorn
 
-from workspace_agent import ENVD_VERSION, __version__
+from workspace_agent import ENVD_VERSION, __version__, interpreting
 from workspace_agent.connections import Limits, config_options
 from workspace_agent.errors import AgentError
 from workspace_agent.process import ProcessService
@@ -25,6 +25,7 @@ from workspace_agent.state import Agent
 from workspace_agent.users import Users
 
 DEFAULT_PORT = 49983
+INTERPRETER_PORT = 49999
 # envd's own idle timeout; far above the SDK's 50 s keepalive events and its 300 s idle pool.
 KEEP_ALIVE_SECONDS = 640
 # On shutdown, streams still open after this long (a watcher, a slow client) are cancelled.
@@ -75,6 +76,15 @@ def parser() -> argparse.ArgumentParser:
         "included: a VM's root agent, which the sandbox's users must not reach",
     )
     p.add_argument(
+        "--interpreter",
+        type=address,
+        default=("0.0.0.0", INTERPRETER_PORT),  # noqa: S104  # the pod's or VM's own address
+        metavar="HOST:PORT",
+        help="where the code interpreter (E2B's `run_code`) listens when /init asks for it, as "
+        f"the default user (default 0.0.0.0:{INTERPRETER_PORT}); it needs the `interpreter` "
+        "extra",
+    )
+    p.add_argument(
         "--head-timeout",
         type=float,
         default=Limits.head_seconds,
@@ -107,13 +117,15 @@ def main(argv: list[str] | None = None) -> None:
     if not root.is_dir():
         sys.exit(f"workspace-sandbox-agent: --root {root} is not a directory")
     try:
-        agent = Agent(
-            root=root.resolve(),
-            users=Users(root.resolve(), args.user),
-            remote_only=args.remote_only,
-        )
+        users = Users(root.resolve(), args.user)
     except AgentError as e:
         sys.exit(f"workspace-sandbox-agent: --user: {e.message}")
+    interpreter = interpreting.Interpreter(
+        args.interpreter, root.resolve(), privileged=users.privileged
+    )
+    agent = Agent(
+        root=root.resolve(), users=users, remote_only=args.remote_only, interpreter=interpreter
+    )
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     limits = Limits(head_seconds=args.head_timeout, max_connections=args.max_connections)
     asyncio.run(serve(agent, args.address, args.log_level, limits, inherited_socket()))
@@ -169,23 +181,34 @@ async def serve(
     if inherited is not None:
         host, port = inherited.getsockname()[:2]
     log.info("serving envd %s on %s:%d over %s", ENVD_VERSION, host, port, agent.root)
+    server = Server(config, processes, agent.interpreter)
     try:
-        await Server(config, processes).serve(None if inherited is None else [inherited])
+        await server.serve(None if inherited is None else [inherited])
     finally:
-        await processes.close()
+        await server.close()
 
 
 class Server(uvicorn.Server):
-    """uvicorn's server, which kills the commands first when it shuts down.
+    """uvicorn's server, which kills the commands and the interpreter first when it shuts down.
 
     Their streams then end with their commands rather than holding the shutdown open; and after
     a signal uvicorn re-raises it once `serve` returns, so a `finally` there never runs.
     """
 
-    def __init__(self, config: uvicorn.Config, processes: ProcessService) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        processes: ProcessService,
+        interpreter: interpreting.Interpreter,
+    ) -> None:
         super().__init__(config)
         self.processes = processes
+        self.interpreter = interpreter
+
+    async def close(self) -> None:
+        await self.processes.close()
+        await self.interpreter.close()
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        await self.processes.close()
+        await self.close()
         await super().shutdown(sockets)

@@ -4,6 +4,7 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from workspace_agent.interpreting import Interpreter
 from workspace_agent.users import Users
 
 
@@ -16,6 +17,8 @@ class Session:
     access_token: str | None = None
     workdir: Path | None = None
     """The default working directory, when `/init` named one; else the workspace root."""
+    code_interpreter: bool = False
+    """Whether `/init` asked for the code interpreter."""
 
     @property
     def initialised(self) -> bool:
@@ -39,6 +42,8 @@ class Agent:
     session: Session = field(default_factory=Session)
     remote_only: bool = False
     """Refuse every peer at an address of this machine (`--remote-only`, a VM's agent)."""
+    interpreter: Interpreter = field(default_factory=Interpreter.absent)
+    """The code interpreter it runs when `/init` asks (`--interpreter`)."""
 
     @property
     def workdir(self) -> Path:

@@ -21,7 +21,7 @@ import httpx
 
 from workspace_gateway import audit, credentials, idempotency, previews, proxy
 from workspace_gateway.asgi import ASGIApp, Receive, Scope, Send, header, respond_json
-from workspace_gateway.backend import Backend, Sandbox, State, choose
+from workspace_gateway.backend import INTERPRETER_PORT, Backend, Sandbox, State, choose
 from workspace_gateway.control import Control
 from workspace_gateway.errors import GatewayError
 from workspace_gateway.keys import Keys
@@ -236,6 +236,12 @@ async def _sandbox(
     if target.port == proxy.ENVD_PORT and presented is None and "signature" not in parameters:
         # Nothing to check: refused before any look-up, which a made-up ID would cost.
         raise NO_CREDENTIAL
+    if target.port == INTERPRETER_PORT:
+        await _interpreter(
+            backend, http, target, entry, scope=scope, receive=receive, send=send,
+            streams=streams,
+        )  # fmt: skip
+        return
     if target.port != proxy.ENVD_PORT:
         await _preview(
             backend, http, target, entry, scope=scope, receive=receive, send=send,
@@ -326,6 +332,67 @@ async def _preview(
     )
 
 
+NO_INTERPRETER_CREDENTIAL = GatewayError(
+    401,
+    "missing or invalid token: the code interpreter's port takes the sandbox's X-Access-Token, "
+    "or for its contexts its E2B-Traffic-Access-Token",
+)
+
+
+async def _interpreter(
+    backend: Backend,
+    http: httpx.AsyncClient,
+    target: Target,
+    entry: audit.Entry,
+    *,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    streams: proxy.Streams,
+) -> None:
+    """A call to the code interpreter (49999): never public, whatever the previews are.
+
+    It runs code as the sandbox's user, so `/execute` needs the access token, as envd's routes
+    do; its contexts take the traffic token too, which is all the SDK sends there
+    (`credentials.opens_interpreter`). Neither reaches the sandbox.
+    """
+    presented = header(scope, "x-access-token")
+    traffic = header(scope, "e2b-traffic-access-token")
+    if presented is None and traffic is None:
+        raise NO_INTERPRETER_CREDENTIAL
+    found = await backend.locate(target.sandbox_id)
+    if not found:
+        await respond_json(send, 502, proxy.not_found_body(target.sandbox_id))
+        return
+
+    def opens(token: str) -> bool:
+        return credentials.opens_interpreter(
+            token, path=scope["path"], access_token=presented, traffic=traffic
+        )
+
+    sandbox = choose(found, opens)
+    if sandbox is None:
+        raise NO_INTERPRETER_CREDENTIAL
+    entry.namespace = sandbox.namespace
+    base = backend.preview(sandbox, INTERPRETER_PORT) if sandbox.state is State.RUNNING else None
+    if base is None:
+        await respond_json(send, 502, previews.not_open(target.sandbox_id, target.port))
+        return
+    await proxy.forward(
+        http,
+        sandbox_id=target.sandbox_id,
+        endpoint=base,
+        scope=scope,
+        receive=receive,
+        send=send,
+        reinit=None,
+        streams=streams,
+        tenant=sandbox.namespace,
+        headers=previews.headers(list(scope["headers"])),
+        unreachable=previews.not_open(target.sandbox_id, target.port),
+    )
+
+
 async def _websocket(  # noqa: PLR0917  # the ASGI call's parts
     backend: Backend,
     target: Target | None,
@@ -338,7 +405,7 @@ async def _websocket(  # noqa: PLR0917  # the ASGI call's parts
     entry = audit.Entry()
     current = audit.CURRENT.set(entry)
     try:
-        if target is None or target.port == proxy.ENVD_PORT:
+        if target is None or target.port in {proxy.ENVD_PORT, INTERPRETER_PORT}:
             entry.route = f"WEBSOCKET {scope['path']}"
             body = {"code": 404, "message": "only a sandbox's preview ports take WebSockets"}
             await previews.refuse(scope, send, 404, body)

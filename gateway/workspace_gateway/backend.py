@@ -14,6 +14,10 @@ from typing import Any, Protocol
 
 # What an agent answers, `false` on `/health` and on every refusal, while it holds no token.
 INITIALIZED = "x-agent-initialized"
+INTERPRETER_TEMPLATE = "code-interpreter-v1"
+"""E2B's code interpreter template, the `e2b_code_interpreter` SDKs' default."""
+INTERPRETER_PORT = 49999
+"""Its API's port (`run_code`), which the agent's interpreter serves."""
 
 
 class State(StrEnum):

@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, parse_qsl, unquote
 
 import httpx
 
-from workspace_gateway import idempotency, not_offered
+from workspace_gateway import credentials, idempotency, not_offered
 from workspace_gateway.backend import Backend, NewSandbox, Sandbox, State
 from workspace_gateway.errors import GatewayError
 
@@ -64,7 +64,9 @@ def sandbox_json(sandbox: Sandbox, domain: str) -> dict[str, Any]:
         "clientID": CLIENT_ID,
         "envdVersion": sandbox.envd_version,
         "envdAccessToken": sandbox.access_token,
-        "trafficAccessToken": None,
+        # Not E2B's (whose is null for public previews): what the code interpreter SDK sends
+        # to its port for contexts, where it sends no access token (`credentials`).
+        "trafficAccessToken": credentials.traffic_token(sandbox.access_token),
         # Always: without it the SDK falls back to e2b.app and sends envd traffic there.
         "domain": domain,
     }

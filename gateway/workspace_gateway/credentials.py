@@ -80,3 +80,27 @@ def authenticates(
         query.get("path", ""), operation, query.get("username", ""), token, expiration
     )
     return _same(given, expected)
+
+
+TRAFFIC = b"e2b-traffic-access-token"
+RUNS_CODE = "/execute"
+"""The one route of the code interpreter (port 49999) that runs code."""
+
+
+def traffic_token(token: str) -> str:
+    """A sandbox's traffic access token, derived from its access token, which it never opens.
+
+    The code interpreter SDK sends it (`E2B-Traffic-Access-Token`) on every call to port 49999,
+    and the access token only on `/execute`; so it opens the interpreter's contexts (list,
+    create, restart, remove) and nothing that runs code, reads files or starts commands.
+    """
+    return hmac.new(token.encode(), TRAFFIC, hashlib.sha256).hexdigest()
+
+
+def opens_interpreter(
+    token: str, *, path: str, access_token: str | None, traffic: str | None
+) -> bool:
+    """Whether a request to port 49999 carries what its path needs of this sandbox's tokens."""
+    if access_token is not None:
+        return _same(access_token, token)
+    return path != RUNS_CODE and traffic is not None and _same(traffic, traffic_token(token))

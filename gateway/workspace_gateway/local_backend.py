@@ -29,12 +29,21 @@ from pathlib import Path
 import httpx
 
 from workspace_gateway import audit
-from workspace_gateway.backend import INITIALIZED, NewSandbox, Sandbox, State, always
+from workspace_gateway.backend import (
+    INITIALIZED,
+    INTERPRETER_PORT,
+    INTERPRETER_TEMPLATE,
+    NewSandbox,
+    Sandbox,
+    State,
+    always,
+)
 from workspace_gateway.errors import GatewayError, not_found
 from workspace_gateway.idempotency import Keyed, replayed
 from workspace_gateway.metrics import Metrics
 
-TEMPLATES = frozenset({"base"})
+TEMPLATES = frozenset({"base", INTERPRETER_TEMPLATE})
+"""`base`, and E2B's code interpreter: `base` with the agent's interpreter (its extra)."""
 ID_ALPHABET = string.ascii_lowercase + string.digits
 ID_LENGTH = 20
 START_SECONDS = 15.0
@@ -86,6 +95,8 @@ class _Entry:
     lock: asyncio.Lock
     keyed: Keyed | None = None
     """The `Idempotency-Key` it was made with (`idempotency.py`)."""
+    interpreter: int | None = None
+    """The loopback port its code interpreter serves E2B's 49999 on, while its agent runs."""
 
 
 class LocalBackend:
@@ -116,9 +127,10 @@ class LocalBackend:
         self.closed = False
         self.figures = machine_figures()
         self.entries: dict[str, _Entry] = {}
-        # Every agent process, and its port, until it has been waited for, whatever cancelled
-        # its stop; and every port handed out until then, so none is handed out twice.
-        self.processes: dict[asyncio.subprocess.Process, int] = {}
+        # Every agent process, and its ports (its own, its interpreter's), until it has been
+        # waited for, whatever cancelled its stop; and every port handed out until then, so
+        # none is handed out twice.
+        self.processes: dict[asyncio.subprocess.Process, tuple[int, ...]] = {}
         self.ports: set[int] = set()
         # The gateway's own ports on this host, which a preview must never reach (a request
         # there would come back to the gateway, or read its metrics): `main` sets them.
@@ -321,8 +333,14 @@ class LocalBackend:
     def preview(self, sandbox: Sandbox, port: int) -> str | None:
         """Any port of this host's loopback but an agent's or the gateway's own.
 
-        The local mode's sandboxes all listen there; the gateway warns of it at start.
+        The local mode's sandboxes all listen there; the gateway warns of it at start. E2B's
+        49999 is the sandbox's own interpreter, on the port its agent was given.
         """
+        if port == INTERPRETER_PORT:
+            entry = self.entries.get(sandbox.sandbox_id)
+            if entry is None or entry.sandbox.endpoint is None or entry.interpreter is None:
+                return None
+            return f"http://127.0.0.1:{entry.interpreter}"
         if sandbox.endpoint is None or port in self.ports or port in self.reserved:
             return None
         return f"http://127.0.0.1:{port}"
@@ -433,6 +451,8 @@ class LocalBackend:
         """Start its agent and wait until healthy: running, but not `/init`ed."""
         port = self._free_port()
         endpoint = f"http://127.0.0.1:{port}"
+        interpreter = self._free_port() if entry.sandbox.template == INTERPRETER_TEMPLATE else None
+        ports = (port,) if interpreter is None else (port, interpreter)
         try:
             entry.process = await asyncio.create_subprocess_exec(
                 str(self.agent),
@@ -444,12 +464,14 @@ class LocalBackend:
                 self.user,
                 "--log-level",
                 "warning",
+                *(() if interpreter is None else ("--interpreter", f"127.0.0.1:{interpreter}")),
                 stdin=asyncio.subprocess.DEVNULL,
             )
         except BaseException:
-            self.ports.discard(port)
+            self.ports.difference_update(ports)
             raise
-        self.processes[entry.process] = port
+        self.processes[entry.process] = ports
+        entry.interpreter = interpreter
         version = await self._healthy(entry.process, endpoint)
         entry.sandbox = replace(
             entry.sandbox, state=State.RUNNING, endpoint=endpoint, envd_version=version
@@ -465,6 +487,7 @@ class LocalBackend:
             "accessToken": entry.sandbox.access_token,
             "defaultWorkdir": str(entry.workspace),
             "timestamp": datetime.now(UTC).isoformat(),
+            "codeInterpreter": entry.interpreter is not None,
         }
         answer = await self.http.post(endpoint + "/init", json=init)
         if answer.status_code != 204:  # noqa: PLR2004  # HTTP No Content
@@ -494,7 +517,7 @@ class LocalBackend:
         raise GatewayError(504, f"the sandbox's agent did not answer within {START_SECONDS:.0f} s")
 
     async def _stop(self, entry: _Entry) -> None:
-        process, entry.process = entry.process, None
+        process, entry.process, entry.interpreter = entry.process, None, None
         entry.sandbox = replace(entry.sandbox, state=State.PAUSED, endpoint=None)
         if process is not None:
             await self._end(process)
@@ -507,7 +530,7 @@ class LocalBackend:
             except TimeoutError:
                 process.kill()
                 await process.wait()
-        self.ports.discard(self.processes.pop(process, -1))
+        self.ports.difference_update(self.processes.pop(process, ()))
 
     async def _remove(self, entry: _Entry) -> None:
         self.entries.pop(entry.sandbox.sandbox_id, None)
