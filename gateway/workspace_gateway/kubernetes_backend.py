@@ -43,7 +43,14 @@ import httpx
 from kubernetes.client.exceptions import ApiException
 
 from workspace_gateway import audit, sealed
-from workspace_gateway.backend import INITIALIZED, NewSandbox, Sandbox, State, always
+from workspace_gateway.backend import (
+    INITIALIZED,
+    INTERPRETER_PORT,
+    NewSandbox,
+    Sandbox,
+    State,
+    always,
+)
 from workspace_gateway.errors import GatewayError, not_found
 from workspace_gateway.idempotency import Keyed, fingerprint, label_of, replayed
 from workspace_gateway.kubernetes_pools import (
@@ -962,6 +969,8 @@ class KubernetesBackend:
             "accessToken": sandbox.access_token,
             "defaultWorkdir": self.settings.workdir,
             "timestamp": datetime.now(UTC).isoformat(),
+            # Its template's `interpreter`, as the object records it: the port opened for it.
+            "codeInterpreter": INTERPRETER_PORT in sandbox.ports,
         }
         headers = {"X-Access-Token": sandbox.access_token}
         answer = await self.http.post(url + "/init", json=body, headers=headers, timeout=10.0)

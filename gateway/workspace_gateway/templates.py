@@ -9,13 +9,16 @@ The platform team writes it once, as YAML:
         resources: {cpu: "2", memory: 4Gi, disk: 20Gi}   # optional, each within the preset
         pool: {size: 2, temperature: suspended}           # optional: no pool otherwise
         ports: [3000, 5173, 8000]  # optional: the TCP ports previews reach (get_host)
+        interpreter: false         # optional: run E2B's code interpreter on 49999
 
 A template not listed is answered as E2B answers an unknown one (404). `pool` is the warm pool
 each tenant namespace gets of it (see `pools`): `size` members made ahead (0, the default, is
 none), `running` or `suspended` (the default: a member then costs only its disk). `ports` are
 the sandbox's ports the gateway serves as previews (`<port>-<id>.<domain>`), each a
 `spec.ports` entry `port-<n>` of the WorkspaceSandbox: only a port named there is reachable at
-all (docs/security.md, "Previews").
+all (docs/security.md, "Previews"). `interpreter: true` is E2B's `code-interpreter-v1`: the
+image's agent runs its code interpreter (the agent's `interpreter` extra) on 49999, which
+`spec.ports` then opens too, and which is never a public preview (`app._interpreter`).
 """
 
 import math
@@ -26,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from workspace_gateway.backend import INTERPRETER_PORT
 
 NAME = re.compile(r"[a-zA-Z0-9][-a-zA-Z0-9_.]{0,62}")
 PRESET = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -72,6 +77,8 @@ class Template:
     resources: dict[str, str] = field(default_factory=dict)
     pool: Pool = Pool()
     ports: tuple[int, ...] = ()
+    interpreter: bool = False
+    """Whether its sandboxes run E2B's code interpreter, on 49999, which `spec.ports` opens."""
 
     def spec(self) -> dict[str, Any]:
         """The WorkspaceSandbox spec it stands for (power and lifetime are the gateway's)."""
@@ -80,8 +87,9 @@ class Template:
             out["preset"] = self.preset
         if self.resources:
             out["resources"] = dict(self.resources)
-        if self.ports:
-            out["ports"] = [{"name": f"port-{p}", "port": p} for p in self.ports]
+        ports = sorted({*self.ports, *((INTERPRETER_PORT,) if self.interpreter else ())})
+        if ports:
+            out["ports"] = [{"name": f"port-{p}", "port": p} for p in ports]
         return out
 
     def figures(self) -> tuple[int, int, int]:
@@ -114,7 +122,7 @@ def quantity(text: str) -> Decimal:
 def _template(name: str, value: object, where: str) -> Template:
     if not isinstance(value, dict):
         raise TemplateError(f"{where}: templates.{name} must be a mapping")
-    unknown = set(value) - {"image", "preset", "resources", "pool", "ports"}
+    unknown = set(value) - {"image", "preset", "resources", "pool", "ports", "interpreter"}
     if unknown:
         raise TemplateError(f"{where}: templates.{name} has unknown fields {sorted(unknown)}")
     image, preset = value.get("image"), value.get("preset")
@@ -140,7 +148,25 @@ def _template(name: str, value: object, where: str) -> Template:
         sizes[k] = str(v)
     pool = _pool(value.get("pool"), f"{where}: templates.{name}.pool")
     ports = _ports(value.get("ports"), f"{where}: templates.{name}.ports")
-    return Template(image=image, preset=preset, resources=sizes, pool=pool, ports=ports)
+    interpreter = _interpreter(value.get("interpreter", False), ports, f"{where}: templates.{name}")
+    return Template(
+        image=image,
+        preset=preset,
+        resources=sizes,
+        pool=pool,
+        ports=ports,
+        interpreter=interpreter,
+    )
+
+
+def _interpreter(value: object, ports: tuple[int, ...], where: str) -> bool:
+    if not isinstance(value, bool):
+        raise TemplateError(f"{where}.interpreter must be true or false")
+    if value and len(ports) >= MAX_PORTS:
+        raise TemplateError(
+            f"{where}.ports: at most {MAX_PORTS - 1} beside the interpreter's {INTERPRETER_PORT}"
+        )
+    return value
 
 
 def _ports(value: object, where: str) -> tuple[int, ...]:
@@ -153,6 +179,10 @@ def _ports(value: object, where: str) -> tuple[int, ...]:
             raise TemplateError(f"{where}: {port!r} is not a port from 1 to {MAX_PORT}")
         if port == AGENT_PORT:
             raise TemplateError(f"{where}: {AGENT_PORT} is the agent's, reached as envd already")
+        if port == INTERPRETER_PORT:
+            raise TemplateError(
+                f"{where}: {INTERPRETER_PORT} is the code interpreter's: set `interpreter: true`"
+            )
     if len(set(value)) != len(value):
         raise TemplateError(f"{where} names a port twice")
     return tuple(sorted(value))

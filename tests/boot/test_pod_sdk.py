@@ -4,7 +4,7 @@ Each sandbox the SDK creates is rendered by the function (the `gvisor` preset: a
 Sandbox's pod template), translated into OCI bundles with its hardening intact
 (`pod_bundle.py`), and run on this host in a network namespace of its own (`pod_host.py`), the
 gateway forwarding to the pod's own address. What a tenant's agent does there (files,
-commands, git, pip, npm) works as the pod's user, and what the spec forbids (writing the root
+commands, git, pip, npm, the code interpreter) works as the pod's user, and what the spec forbids (writing the root
 file system, capabilities, gaining privileges, unfiltered syscalls) stays forbidden inside.
 
 Needs root, runc, iptables, containers-common's seccomp profile and the images
@@ -13,14 +13,17 @@ skip, and with `CI` set they fail. pip and npm reach their registries through th
 `pod_host.egress`), as a node's pods do.
 """
 
+import base64
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import pytest
-from e2b import Sandbox
+from e2b import Sandbox, TimeoutException
+from e2b_code_interpreter import Sandbox as Interpreter
 from workspace_gateway.templates import Template
 
 from tests.boot import pod_host
@@ -36,6 +39,7 @@ POD = Template(
     resources={"cpu": "1", "memory": "2Gi", "disk": "10Gi"},
     ports=(8000,),
 )
+INTERPRETER = replace(POD, ports=(), interpreter=True)
 COMMAND_SECONDS = 120
 
 
@@ -59,7 +63,8 @@ def platform(
         made.append(PodPlatform(cluster, folder, runtime=request.param, images=images))
         return made[0]
 
-    with serving(tmp_path, monkeypatch, templates={"base": POD}, platform_of=platform_of):
+    templates = {"base": POD, "code-interpreter-v1": INTERPRETER}
+    with serving(tmp_path, monkeypatch, templates=templates, platform_of=platform_of):
         yield made[0]
 
 
@@ -142,6 +147,33 @@ def test_the_sdk_works_in_the_rendered_pod_and_its_hardening_holds(platform: Pod
     assert resumed.files.read("notes/kept.txt") == "kept"
     assert resumed.commands.run("cd repo && git log --format=%s").stdout == "one\n"
     assert resumed.kill() is True
+
+
+def test_the_code_interpreter_runs_in_the_rendered_pod(platform: PodPlatform) -> None:
+    """`e2b_code_interpreter` on its default template: the image's agent runs real kernels as
+    the pod's user, in the workspace, under the runtime's own restrictions."""
+    sandbox = Interpreter.create()
+    try:
+        assert len(platform.pods) == 1  # the interpreter is the agent's child, in its pod
+        sandbox.run_code("kept = 21")
+        assert sandbox.run_code("kept * 2").text == "42"
+        who = sandbox.run_code("import os\nos.getuid(), os.getcwd(), os.environ['HOME']")
+        assert who.text == "(1000, '/workspace', '/workspace')"
+        chart = sandbox.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()")
+        assert chart.error is None, chart.error
+        (png,) = [r.png for r in chart.results if r.png]
+        assert base64.b64decode(png).startswith(b"\x89PNG")
+        failed = sandbox.run_code("1 / 0")
+        assert failed.error is not None
+        assert failed.error.name == "ZeroDivisionError"
+        assert sandbox.run_code("const n = 40; n + 2", language="javascript").text == "42"
+        with pytest.raises(TimeoutException):
+            sandbox.run_code("import time\ntime.sleep(120)", timeout=5)
+        assert sandbox.run_code("kept").text == "21"
+        # What the kernels write for themselves stays out of the user's workspace.
+        assert sorted(e.name for e in sandbox.files.list(".")) == []
+    finally:
+        sandbox.kill()
 
 
 def test_a_killed_agent_comes_back_closed_until_the_gateway_initializes_it(

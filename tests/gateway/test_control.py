@@ -2,6 +2,8 @@
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import json
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
@@ -118,7 +120,7 @@ def test_lists_filter_by_template_and_start_time() -> None:
 
     assert listed({"template": ["isolated"]}) == [ids[1]]
     assert listed({"template": ["base"]}) == [ids[0], ids[2]]
-    assert listed({"template": ["code-interpreter-v1"]}) == []
+    assert listed({"template": ["desktop"]}) == []
     assert listed({"template": [""]}) == ids
     # At or after: sandbox(2) started at T0 + 2 s, given here in UTC, with an offset, and as Z.
     assert listed({"startedAfter": [(T0 + timedelta(seconds=2)).isoformat()]}) == ids[1:]
@@ -309,7 +311,9 @@ async def test_create_answers_201_with_the_sandbox_s_domain(client: httpx.AsyncC
         "clientID": "workspace-sandbox-gateway",
         "envdVersion": "0.5.7",
         "envdAccessToken": TOKEN,
-        "trafficAccessToken": None,
+        "trafficAccessToken": hmac.new(
+            TOKEN.encode(), b"e2b-traffic-access-token", hashlib.sha256
+        ).hexdigest(),
         "domain": "sbx.example.com",
     }
 
@@ -435,8 +439,10 @@ async def asgi_get(app: Any, path: str, headers: dict[str, str]) -> tuple[int, b
 
 
 @contextlib.asynccontextmanager
-async def previewing(answer: bytes) -> AsyncIterator[tuple[Any, list[httpx.Request]]]:
-    """The app over one sandbox that names port 3000, whose app answers `answer` (streamed,
+async def previewing(
+    answer: bytes, ports: frozenset[int] = frozenset({3000})
+) -> AsyncIterator[tuple[Any, list[httpx.Request]]]:
+    """The app over one sandbox that names `ports`, whose app answers `answer` (streamed,
     as a server's answer is), and the requests that reached it."""
     seen: list[httpx.Request] = []
 
@@ -448,9 +454,7 @@ async def previewing(answer: bytes) -> AsyncIterator[tuple[Any, list[httpx.Reque
         return httpx.Response(200, content=served())
 
     backend = Sandboxes()
-    backend.all = [
-        sandbox(1, namespace="a", ports=frozenset({3000}), endpoint="http://svc.a:49983")
-    ]
+    backend.all = [sandbox(1, namespace="a", ports=ports, endpoint="http://svc.a:49983")]
     async with httpx.AsyncClient(transport=httpx.MockTransport(app_in_the_sandbox)) as upstream:
         yield build_app(backend, upstream, keys=StaticKeys({KEY: "a"}), domain=PREVIEWS), seen
 
@@ -474,6 +478,48 @@ async def test_a_declared_port_is_forwarded_to_that_port_of_the_sandbox_and_no_o
         assert status == 502
         assert json.loads(body)["message"] == "The sandbox is running but port is not open: 8080"
         assert len(seen) == 1
+
+
+async def test_the_interpreter_s_port_takes_the_access_token_or_for_contexts_the_traffic_one() -> (
+    None
+):
+    """49999 runs code as the sandbox's user: never public, whatever its previews are."""
+    traffic = hmac.new(TOKEN.encode(), b"e2b-traffic-access-token", hashlib.sha256).hexdigest()
+    async with previewing(b"[]", ports=frozenset({3000, 49999})) as (app, seen):
+        host = f"49999-{PREVIEWED}"
+        for path, headers in [
+            ("/contexts", {}),
+            ("/execute", {"E2B-Traffic-Access-Token": traffic}),
+            ("/contexts", {"E2B-Traffic-Access-Token": "made-up"}),
+            ("/contexts", {"X-Access-Token": "made-up", "E2B-Traffic-Access-Token": traffic}),
+            # The access token is not a traffic token, nor the other way round.
+            ("/contexts", {"E2B-Traffic-Access-Token": TOKEN}),
+            ("/execute", {"X-Access-Token": traffic}),
+        ]:
+            status, body = await asgi_get(app, path, {"Host": host, **headers})
+            assert status == 401, (path, headers)
+            assert b"E2B-Traffic-Access-Token" in body
+        assert seen == []
+        both = {"X-Access-Token": TOKEN, "E2B-Traffic-Access-Token": traffic}
+        assert await asgi_get(app, "/execute", {"Host": host, **both}) == (200, b"[]")
+        contexts = {"E2B-Traffic-Access-Token": traffic}
+        assert await asgi_get(app, "/contexts", {"Host": host, **contexts}) == (200, b"[]")
+        assert [str(r.url) for r in seen] == [
+            "http://svc.a:49999/execute",
+            "http://svc.a:49999/contexts",
+        ]
+        for request in seen:
+            assert "x-access-token" not in request.headers
+            assert "e2b-traffic-access-token" not in request.headers
+        sent = await websocket_answer(app, b"/", host)
+        assert sent[0]["status"] == 404
+    # A sandbox whose spec opens no 49999 has no interpreter to reach.
+    async with previewing(b"", ports=frozenset({3000})) as (app, seen):
+        headers = {"Host": f"49999-{PREVIEWED}", "X-Access-Token": TOKEN}
+        status, body = await asgi_get(app, "/contexts", headers)
+        assert status == 502
+        assert json.loads(body)["message"] == "The sandbox is running but port is not open: 49999"
+        assert seen == []
 
 
 async def test_envds_internal_paths_are_refused_on_its_port_alone() -> None:

@@ -177,9 +177,7 @@ def test_a_language_without_a_kernel_is_refused_by_name(interpreter: Sandbox) ->
         interpreter.run_code("1", language="r")
 
 
-async def test_the_async_sdk_runs_code(
-    gateway: Gateway,  # noqa: F811  # the fixture
-) -> None:
+async def test_the_async_sdk_runs_code() -> None:
     sandbox = await AsyncSandbox.create()
     try:
         await sandbox.run_code("x = 2")
@@ -207,7 +205,7 @@ def test_the_port_is_never_public(
         # Another sandbox's tokens open nothing here.
         stranger = {
             **route,
-            "X-Access-Token": other._envd_access_token or "",  # noqa: SLF001  # its token
+            "X-Access-Token": other._envd_access_token or "",  # its token
             "E2B-Traffic-Access-Token": other.traffic_access_token or "",
         }
         assert httpx.post(url + "/execute", json=run, headers=stranger).status_code == 401

@@ -1,6 +1,7 @@
-"""The npm `e2b` SDK (pinned in tests/gateway/js) through `workspace-sandbox-gateway --local`.
+"""The npm `e2b` and `@e2b/code-interpreter` SDKs (pinned in tests/gateway/js) through
+`workspace-sandbox-gateway --local`.
 
-Node runs tests/gateway/js/cycle.mjs against the gateway; `scripts/js-sdk install` puts the
+Node runs tests/gateway/js/cycle.mjs and interpreter.mjs against the gateway; `scripts/js-sdk install` puts the
 SDK in the test cache (CI runs it). Without Node or the SDK this is skipped naming the
 command, and with `CI` set it fails.
 """
@@ -10,6 +11,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,19 +38,18 @@ def installed() -> Path:
     return Path(found.stdout.strip())
 
 
-def test_the_npm_sdk_s_core_cycle(
-    gateway: Gateway,  # noqa: F811  # the fixture
-    tmp_path: Path,
-) -> None:
+def run(script: str, gateway: Gateway, folder: Path) -> dict[str, Any]:  # noqa: F811  # not the fixture
+    """Run one of tests/gateway/js's scripts with Node against `gateway`: what it saw."""
     sdk = installed()
-    (tmp_path / "node_modules").symlink_to(sdk / "node_modules")
-    shutil.copy(JS / "package.json", tmp_path)
-    shutil.copy(JS / "cycle.mjs", tmp_path)
+    (folder / "node_modules").symlink_to(sdk / "node_modules")
+    shutil.copy(JS / "package.json", folder)
+    shutil.copy(JS / script, folder)
     env = {k: v for k, v in os.environ.items() if not k.startswith("E2B_")}
     env |= sdk_environment(gateway)
+    env["DENO_FOLDER"] = str(sdk / "node_modules" / "@deno" / "linux-x64-glibc")
     ran = subprocess.run(
-        ["node", "cycle.mjs"],
-        cwd=tmp_path,
+        ["node", script],
+        cwd=folder,
         env=env,
         capture_output=True,
         text=True,
@@ -56,7 +57,15 @@ def test_the_npm_sdk_s_core_cycle(
         check=False,
     )
     assert ran.returncode == 0, ran.stderr[-4000:]
-    seen = json.loads(ran.stdout.strip().splitlines()[-1])
+    seen: dict[str, Any] = json.loads(ran.stdout.strip().splitlines()[-1])
+    return seen
+
+
+def test_the_npm_sdk_s_core_cycle(
+    gateway: Gateway,  # noqa: F811  # the fixture
+    tmp_path: Path,
+) -> None:
+    seen = run("cycle.mjs", gateway, tmp_path)
     assert seen["stdout"].splitlines()[0] == "hello"
     assert seen["read"] == "written by node"
     assert seen["entries"] == ["from-js.txt"]
@@ -70,3 +79,24 @@ def test_the_npm_sdk_s_core_cycle(
     assert seen["metrics"]["memTotal"] > 0
     assert "501" in seen["snapshot"] and "spec.snapshots" in seen["snapshot"]
     assert seen["killed"] == [True, True, False]
+
+
+def test_the_npm_code_interpreter_sdk(
+    gateway: Gateway,  # noqa: F811  # the fixture
+    tmp_path: Path,
+) -> None:
+    """`@e2b/code-interpreter` on its default template: state, a chart, an error, a timeout
+    that interrupts, JavaScript in Deno's kernel, and a context's whole life."""
+    seen = run("interpreter.mjs", gateway, tmp_path)
+    assert seen == {
+        "template": "code-interpreter-v1",
+        "kept": "42",
+        "stdout": [["out\n"], ["out\n"]],
+        "png": True,
+        "error": ["ZeroDivisionError", "division by zero", True],
+        "interrupted": True,
+        "js": "42",
+        "listed": True,
+        "restarted": "NameError",
+        "removed": True,
+    }

@@ -316,3 +316,25 @@ def test_a_templates_ports_are_its_sandboxes_spec_ports() -> None:
         with pytest.raises(TemplateError) as e:
             parse(f"templates:\n  app:\n    image: x\n    ports: {ports}\n", "m.yaml")
         assert str(e.value) == message
+
+
+def test_an_interpreter_template_opens_49999_beside_its_ports() -> None:
+    text = "templates:\n  ci:\n    image: x\n    interpreter: true\n    ports: [50000, 3000]\n"
+    template = parse(text, "m.yaml")["ci"]
+    assert template.interpreter
+    assert [p["port"] for p in template.spec()["ports"]] == [3000, 49999, 50000]
+    alone = parse("templates:\n  ci:\n    image: x\n    interpreter: true\n", "m.yaml")["ci"]
+    assert alone.spec()["ports"] == [{"name": "port-49999", "port": 49999}]
+    bad = {
+        "interpreter: yes-please": "m.yaml: templates.ci.interpreter must be true or false",
+        "ports: [49999]": (
+            "m.yaml: templates.ci.ports: 49999 is the code interpreter's: set `interpreter: true`"
+        ),
+        f"interpreter: true\n    ports: {list(range(1, 17))}": (
+            "m.yaml: templates.ci.ports: at most 15 beside the interpreter's 49999"
+        ),
+    }
+    for field, message in bad.items():
+        with pytest.raises(TemplateError) as e:
+            parse(f"templates:\n  ci:\n    image: x\n    {field}\n", "m.yaml")
+        assert str(e.value) == message

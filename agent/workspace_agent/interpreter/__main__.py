@@ -6,6 +6,7 @@ import logging
 import shutil
 import socket
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
@@ -68,7 +69,7 @@ class Server(uvicorn.Server):
     """
 
     def __init__(
-        self, config: uvicorn.Config, contexts: Contexts, warm: "asyncio.Future[object]"
+        self, config: uvicorn.Config, contexts: Contexts, warm: "asyncio.Future[Any]"
     ) -> None:
         super().__init__(config)
         self.contexts = contexts
@@ -80,7 +81,7 @@ class Server(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def _warmed(task: "asyncio.Future[object]") -> None:
+def _warmed(task: "asyncio.Future[Any]") -> None:
     if not task.cancelled() and isinstance(task.exception(), Refused):
         log.warning("the default Python context did not start: %s", task.exception())
 

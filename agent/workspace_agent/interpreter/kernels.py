@@ -120,8 +120,10 @@ def write_spec(folder: Path, name: str, argv: list[str], language: str) -> None:
 
 
 def python_argv() -> list[str]:
-    """IPython's kernel on this interpreter's Python, its tracebacks in plain text: an agent
-    reads them, and terminal colours are noise to it."""
+    """IPython's kernel on this interpreter's Python, its tracebacks in plain text.
+
+    An agent reads them, and terminal colours are noise to it.
+    """
     return [
         sys.executable,
         "-m",

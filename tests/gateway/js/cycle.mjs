@@ -25,7 +25,7 @@ try {
   }
   seen.both = await listed({})
   seen.byTemplate = await listed({ template: 'base' })
-  seen.otherTemplate = await listed({ template: 'code-interpreter-v1' })
+  seen.otherTemplate = await listed({ template: 'desktop' })
   seen.startedAfter = await listed({ startedAfter: between })
 
   // A preview: a server started in the sandbox (on a free loopback port in local mode),

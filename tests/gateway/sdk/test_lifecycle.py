@@ -91,7 +91,7 @@ def test_list_filters_by_template_and_start_time() -> None:
 
         both = sorted([first.sandbox_id, second.sandbox_id])
         assert listed(template="base") == both
-        assert listed(template="code-interpreter-v1") == []
+        assert listed(template="desktop") == []
         assert listed(started_after=between) == [second.sandbox_id]
         # Another offset (sent as +02:00, its + percent-encoded) is the same moment.
         east = between.astimezone(timezone(timedelta(hours=2)))
