@@ -6,6 +6,7 @@ the local mode and a cluster differ in one module.
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,6 +28,34 @@ class State(StrEnum):
     PAUSED = "paused"
 
 
+SNAPSHOT_ID = re.compile(r"snapshot-(?P<sandbox>[a-z0-9]{1,63})-(?P<name>[a-z0-9][-a-z0-9]{0,39})")
+"""What `create_snapshot` answers and `Sandbox.create` takes as a template: the sandbox and the
+name of one of its `spec.snapshots`."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One of a sandbox's named filesystem snapshots (its WorkspaceSandbox's `spec.snapshots`)."""
+
+    sandbox_id: str
+    name: str
+    ready: bool = True
+    """Whether it can be restored yet (its VolumeSnapshot's `readyToUse`)."""
+    volume: str = ""
+    """On a cluster, its VolumeSnapshot's name (`status.snapshots[].volumeSnapshot`), which a
+    restore names in `spec.restoreFrom`."""
+
+    @property
+    def snapshot_id(self) -> str:
+        return f"snapshot-{self.sandbox_id}-{self.name}"
+
+    @classmethod
+    def of(cls, snapshot_id: str) -> "Snapshot | None":
+        """The snapshot an ID names, or None: not a snapshot's ID."""
+        match = SNAPSHOT_ID.fullmatch(snapshot_id)
+        return cls(match["sandbox"], match["name"]) if match else None
+
+
 @dataclass(frozen=True)
 class NewSandbox:
     template: str
@@ -39,6 +68,9 @@ class NewSandbox:
     template's (the internet)."""
     idempotency_key: str | None = None
     """The create's `Idempotency-Key` (`idempotency.py`): a retry gets the same sandbox."""
+    restore: Snapshot | None = None
+    """The snapshot its workspace starts from (`Sandbox.create(snapshot_id)`); `template` is
+    then its sandbox's."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +133,17 @@ class Backend(Protocol):
     async def delete(self, namespace: str, sandbox_id: str) -> None: ...
 
     async def set_end(self, namespace: str, sandbox_id: str, end_at: datetime) -> None: ...
+
+    async def snapshot(self, namespace: str, sandbox_id: str, name: str) -> Snapshot:
+        """Take a filesystem snapshot of this name; 409 when it has one by that name."""
+        ...
+
+    async def snapshots(self, namespace: str) -> tuple[Snapshot, ...]:
+        """Every snapshot of the namespace's sandboxes."""
+        ...
+
+    async def delete_snapshot(self, namespace: str, snapshot: Snapshot) -> None:
+        """Delete it; 404 when there is none such."""
 
     def preview(self, sandbox: Sandbox, port: int) -> str | None:
         """The base URL of `sandbox`'s preview `port`, or None: not open to the gateway.

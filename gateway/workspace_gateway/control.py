@@ -8,6 +8,7 @@ import binascii
 import ipaddress
 import json
 import re
+import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -17,7 +18,7 @@ from urllib.parse import parse_qs, parse_qsl, unquote
 import httpx
 
 from workspace_gateway import credentials, idempotency, not_offered
-from workspace_gateway.backend import Backend, NewSandbox, Sandbox, State
+from workspace_gateway.backend import Backend, NewSandbox, Sandbox, Snapshot, State
 from workspace_gateway.errors import GatewayError
 
 DEFAULT_TIMEOUT = 300
@@ -258,6 +259,22 @@ def new_sandbox(body: dict[str, Any]) -> NewSandbox:
     )
 
 
+SNAPSHOT_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?")
+"""A name of `spec.snapshots`: a DNS label of at most 40 characters."""
+
+
+def snapshot_json(snapshot: Snapshot) -> dict[str, Any]:
+    """`SnapshotInfo`, and what kind of snapshot it is: E2B's fields, then this gateway's."""
+    return {
+        "snapshotID": snapshot.snapshot_id,
+        "names": [snapshot.name],
+        "sandboxID": snapshot.sandbox_id,
+        "memory": False,
+        "kind": "filesystem",
+        "readyToUse": snapshot.ready,
+    }
+
+
 def metadata_filter(raw: str) -> dict[str, str]:
     """The `metadata` list filter, whose outer layer of quoting the query parser took off.
 
@@ -338,12 +355,7 @@ def page(sandboxes: list[Sandbox], query: dict[str, list[str]]) -> Reply:
     order = _one(query, "order") or "desc"
     if order not in {"asc", "desc"}:
         raise GatewayError(400, "order must be asc or desc")
-    limit_text = _one(query, "limit")
-    limit = DEFAULT_LIMIT
-    if limit_text is not None:
-        if not limit_text.isdigit() or not 1 <= int(limit_text) <= MAX_LIMIT:
-            raise GatewayError(400, f"limit must be from 1 to {MAX_LIMIT}")
-        limit = int(limit_text)
+    limit = _limit(query)
     chosen = sorted(
         (
             s
@@ -362,6 +374,15 @@ def page(sandboxes: list[Sandbox], query: dict[str, list[str]]) -> Reply:
         chosen = [s for s in chosen if (_key(s) < after if order == "desc" else _key(s) > after)]
     headers = (("x-next-token", page_token(chosen[limit - 1])),) if len(chosen) > limit else ()
     return Reply(200, [listed_json(s) for s in chosen[:limit]], headers)
+
+
+def _limit(query: dict[str, list[str]]) -> int:
+    text = _one(query, "limit")
+    if text is None:
+        return DEFAULT_LIMIT
+    if not text.isdigit() or not 1 <= int(text) <= MAX_LIMIT:
+        raise GatewayError(400, f"limit must be from 1 to {MAX_LIMIT}")
+    return int(text)
 
 
 def _object(body: bytes) -> dict[str, Any]:
@@ -462,6 +483,9 @@ class Control:
             ("POST", "/sandboxes/{id}/timeout", self.timeout),
             ("POST", "/sandboxes/{id}/pause", self.pause),
             ("GET", "/sandboxes/{id}/metrics", self.metrics),
+            ("POST", "/sandboxes/{id}/snapshots", self.take_snapshot),
+            ("GET", "/snapshots", self.list_snapshots),
+            ("DELETE", "/templates/{alias}", self.delete_template),
             # Before the routes not offered, where /templates/{name} would take it.
             ("GET", "/templates/aliases/{alias}", self.template_alias),
             *(r for r in refused if "{" in r[1]),
@@ -473,7 +497,10 @@ class Control:
     ) -> Reply:
         key = idempotency.key_of(idempotency_key)
         request = replace(new_sandbox(_object(body)), idempotency_key=key)
-        if request.template not in self.backend.templates():
+        restore = Snapshot.of(request.template)
+        if restore is not None:
+            request = await self._restoring(namespace, request, restore)
+        elif request.template not in self.backend.templates():
             raise GatewayError(404, f"template {request.template!r} not found")
         if key is None:
             sandbox = await self.backend.create(namespace, request)
@@ -481,6 +508,71 @@ class Control:
             async with self.locks.hold(namespace, key):
                 sandbox = await self.backend.create(namespace, request)
         return Reply(201, sandbox_json(sandbox, self.domain))
+
+    async def _restoring(
+        self, namespace: str, request: NewSandbox, restore: Snapshot
+    ) -> NewSandbox:
+        """A create from a snapshot (`Sandbox.create(snapshot_id)`): its sandbox's template."""
+        known = {s.snapshot_id: s for s in await self.backend.snapshots(namespace)}
+        found = known.get(restore.snapshot_id)
+        if found is None:
+            raise GatewayError(404, f"snapshot {restore.snapshot_id!r} not found")
+        if not found.ready:
+            raise GatewayError(
+                409, f"snapshot {restore.snapshot_id!r} is still being taken; try again shortly"
+            )
+        source = await self.backend.get(namespace, restore.sandbox_id)
+        return replace(request, template=source.template, restore=found)
+
+    async def take_snapshot(
+        self, sandbox_id: str, *, namespace: str, body: bytes, **_: object
+    ) -> Reply:
+        """`create_snapshot`: a filesystem snapshot, which the answer says it is."""
+        asked = _object(body)
+        if asked.get("memory") is True:
+            raise GatewayError(501, not_offered.MEMORY)
+        if asked.get("memory") not in {None, False}:
+            raise GatewayError(400, "memory must be true or false")
+        name = asked.get("name")
+        if name is None:
+            name = "snap-" + secrets.token_hex(4)
+        elif not isinstance(name, str) or not SNAPSHOT_NAME.fullmatch(name):
+            raise GatewayError(
+                400,
+                f"name {name!r}: a snapshot's name here is a DNS label of at most 40 characters "
+                "(lower-case letters, digits and '-'), with no project or tag",
+            )
+        taken = await self.backend.snapshot(namespace, sandbox_id, name)
+        return Reply(201, snapshot_json(taken))
+
+    async def list_snapshots(
+        self, *, namespace: str, query: dict[str, list[str]], **_: object
+    ) -> Reply:
+        """`list_snapshots`: by sandbox and by name (or ID), a page at a time."""
+        sandbox_id, name = _one(query, "sandboxID"), _one(query, "name")
+        limit = _limit(query)
+        chosen = sorted(
+            (
+                s
+                for s in await self.backend.snapshots(namespace)
+                if (not sandbox_id or s.sandbox_id == sandbox_id)
+                and (not name or name in {s.name, s.snapshot_id})
+            ),
+            key=lambda s: s.snapshot_id,
+        )
+        token = _one(query, "nextToken")
+        if token:
+            chosen = [s for s in chosen if s.snapshot_id > token]
+        headers = (("x-next-token", chosen[limit - 1].snapshot_id),) if len(chosen) > limit else ()
+        return Reply(200, [snapshot_json(s) for s in chosen[:limit]], headers)
+
+    async def delete_template(self, name: str, *, namespace: str, **_: object) -> Reply:
+        """`delete_snapshot` (E2B's snapshots are templates); any other template is refused."""
+        snapshot = Snapshot.of(name)
+        if snapshot is None:
+            raise GatewayError(501, not_offered.TEMPLATES)
+        await self.backend.delete_snapshot(namespace, snapshot)
+        return Reply(204)
 
     async def connect(self, sandbox_id: str, *, namespace: str, body: bytes, **_: object) -> Reply:
         timeout = timeout_of(_object(body).get("timeout"))
@@ -526,7 +618,12 @@ class Control:
         return Reply(204)
 
     async def pause(self, sandbox_id: str, *, namespace: str, body: bytes, **_: object) -> Reply:
-        _object(body)
+        """A filesystem pause; one that asks in so many words to keep memory is refused."""
+        memory = _object(body).get("memory")
+        if memory is True:
+            raise GatewayError(501, not_offered.PAUSE_MEMORY)
+        if memory not in {None, False}:
+            raise GatewayError(400, "memory must be true or false")
         await self.backend.suspend(namespace, sandbox_id)
         return Reply(204)
 

@@ -48,6 +48,7 @@ from workspace_gateway.backend import (
     INTERPRETER_PORT,
     NewSandbox,
     Sandbox,
+    Snapshot,
     State,
     always,
 )
@@ -93,6 +94,7 @@ AGENT_PORT = 49983
 WORKDIR = "/workspace"
 READY_SECONDS = 300.0
 HEALTH_SECONDS = 0.25  # between two `/health` calls while an agent boots
+MAX_SNAPSHOTS = 32  # spec.snapshots' maxItems
 RECHECK_SECONDS = 5.0  # the API server is asked after this long without a watch event
 SYNC_SECONDS = 5.0  # how long `locate` waits for the watch's first list
 FALLBACK_PER_SECOND, FALLBACK_BURST = 5.0, 10  # `locate`'s direct lists on a cache miss
@@ -354,6 +356,33 @@ def is_deleting(obj: Mapping[str, Any]) -> bool:
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
 
+def _spec_snapshots(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+    taken = (obj.get("spec") or {}).get("snapshots")
+    return [s for s in taken if isinstance(s, dict)] if isinstance(taken, list) else []
+
+
+def snapshots_of(obj: Mapping[str, Any]) -> tuple[Snapshot, ...]:
+    """A sandbox's `spec.snapshots`, each with what its `status.snapshots` reports."""
+    reported = (obj.get("status") or {}).get("snapshots")
+    status = {
+        s.get("name"): s
+        for s in (reported if isinstance(reported, list) else [])
+        if isinstance(s, Mapping)
+    }
+    sandbox_id = obj["metadata"]["name"]
+    out = []
+    for entry in _spec_snapshots(obj):
+        name = entry.get("name")
+        if not isinstance(name, str):
+            continue
+        seen = status.get(name) or {}
+        volume = seen.get("volumeSnapshot")
+        volume = volume if isinstance(volume, str) else ""
+        ready = seen.get("readyToUse") is True and bool(volume)
+        out.append(Snapshot(sandbox_id, name, ready=ready, volume=volume if ready else ""))
+    return tuple(out)
+
+
 def alive(obj: Mapping[str, Any], seed: bytes) -> bool:
     """The gateway's, and not being deleted: what the cache keeps and calls act on."""
     return ours(obj, seed) and not is_deleting(obj)
@@ -488,6 +517,8 @@ class KubernetesBackend:
         now = datetime.now(UTC)
         where = (namespace, sandbox_id)
         body = manifest(where, request.template, template, request, now, seed=self.settings.seed)
+        if request.restore is not None:
+            body["spec"]["restoreFrom"] = {"snapshot": request.restore.volume}
         await self._call(
             self.custom.create_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, body
         )
@@ -604,6 +635,56 @@ class KubernetesBackend:
         if not health[1]:
             await self._init(obj, url)  # its agent restarted since: back to the caller's
         return sandbox_of(obj, self.settings, health[0]), False
+
+    async def snapshot(self, namespace: str, sandbox_id: str, name: str) -> Snapshot:
+        """A `spec.snapshots` entry, answered once its VolumeSnapshot is ready to use.
+
+        Past `ready_seconds` it is answered as it is, `readyToUse` false: a restore from it
+        waits (409) until the platform reports it ready.
+        """
+
+        def change(obj: Mapping[str, Any]) -> dict[str, Any]:
+            taken = list(_spec_snapshots(obj))
+            if any(s.get("name") == name for s in taken):
+                raise GatewayError(409, f"sandbox {sandbox_id!r} has a snapshot {name!r} already")
+            if len(taken) >= MAX_SNAPSHOTS:
+                raise GatewayError(
+                    409, f"sandbox {sandbox_id!r} has {MAX_SNAPSHOTS} snapshots: delete one first"
+                )
+            return {"spec": {"snapshots": [*taken, {"name": name}]}}
+
+        await self._update(namespace, sandbox_id, change)
+        await self._synced()
+        loop = asyncio.get_running_loop()
+        key = (namespace, sandbox_id)
+        deadline = loop.time() + self.settings.ready_seconds
+        while True:
+            obj = self.cache.get(key)
+            found = {s.name: s for s in snapshots_of(obj)} if obj is not None else {}
+            if (name in found and found[name].ready) or (now := loop.time()) >= deadline:
+                return found.get(name, Snapshot(sandbox_id, name, ready=False))
+            await self.cache.change(key, min(RECHECK_SECONDS, deadline - now))
+
+    async def snapshots(self, namespace: str) -> tuple[Snapshot, ...]:
+        """From the API server, as `list` is: each sandbox's `spec.snapshots` and their status."""
+        found = await self._pages(self._listing(namespace), ID_LABEL, snapshots_of)
+        return tuple(s for taken in found for s in taken)
+
+    async def delete_snapshot(self, namespace: str, snapshot: Snapshot) -> None:
+        """Its entry out of `spec.snapshots`: the function deletes its VolumeSnapshot."""
+        missing = GatewayError(404, f"snapshot {snapshot.snapshot_id!r} not found")
+
+        def change(obj: Mapping[str, Any]) -> dict[str, Any]:
+            taken = list(_spec_snapshots(obj))
+            kept = [s for s in taken if s.get("name") != snapshot.name]
+            if len(kept) == len(taken):
+                raise missing
+            return {"spec": {"snapshots": kept}}
+
+        try:
+            await self._update(namespace, snapshot.sandbox_id, change)
+        except GatewayError as e:
+            raise missing if e.status == 404 else e from None  # noqa: PLR2004  # HTTP Not Found
 
     async def delete(self, namespace: str, sandbox_id: str) -> None:
         await self._get(namespace, sandbox_id)  # only the gateway's own

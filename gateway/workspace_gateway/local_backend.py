@@ -21,7 +21,7 @@ import string
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
@@ -35,6 +35,7 @@ from workspace_gateway.backend import (
     INTERPRETER_TEMPLATE,
     NewSandbox,
     Sandbox,
+    Snapshot,
     State,
     always,
 )
@@ -47,6 +48,7 @@ TEMPLATES = frozenset({"base", INTERPRETER_TEMPLATE})
 ID_ALPHABET = string.ascii_lowercase + string.digits
 ID_LENGTH = 20
 START_SECONDS = 15.0
+MAX_SNAPSHOTS = 32  # spec.snapshots' maxItems
 STOP_SECONDS = 5.0
 
 log = logging.getLogger("workspace_gateway")
@@ -97,6 +99,9 @@ class _Entry:
     """The `Idempotency-Key` it was made with (`idempotency.py`)."""
     interpreter: int | None = None
     """The loopback port its code interpreter serves E2B's 49999 on, while its agent runs."""
+    snapshots: dict[str, Path] = field(default_factory=dict)
+    """Its snapshots by name: copies of its workspace, which go with it, as a cluster's
+    VolumeSnapshots go with their WorkspaceSandbox."""
 
 
 class LocalBackend:
@@ -163,7 +168,8 @@ class LocalBackend:
         sandbox = None
         # Taking a member is synchronous (no await between looking and popping), so two
         # creates at once never take the same one.
-        while sandbox is None and (member := self._take(key)) is not None:
+        # A restore starts from its snapshot's files, never from a member's fresh folder.
+        while request.restore is None and sandbox is None and (member := self._take(key)):
             try:
                 sandbox = await self._hand_out(member, namespace, request)
             except GatewayError as e:
@@ -201,6 +207,11 @@ class LocalBackend:
         entry.sandbox = self._assigned(entry.sandbox, namespace, request)
         entry.env_vars = dict(request.env_vars)
         try:
+            if request.restore is not None:
+                copy = self._snapshot_of(namespace, request.restore)
+                await asyncio.to_thread(
+                    shutil.copytree, copy, entry.workspace, symlinks=True, dirs_exist_ok=True
+                )
             await self._start(entry)
         except BaseException:
             await self._remove(entry)
@@ -329,6 +340,48 @@ class LocalBackend:
 
     async def list(self, namespace: str) -> list[Sandbox]:
         return [e.sandbox for e in self.entries.values() if e.sandbox.namespace == namespace]
+
+    async def snapshot(self, namespace: str, sandbox_id: str, name: str) -> Snapshot:
+        """A copy of its workspace as it is now, running or paused."""
+        entry = self._entry(namespace, sandbox_id)
+        async with entry.lock:
+            self._check(entry)
+            if name in entry.snapshots:
+                raise GatewayError(409, f"sandbox {sandbox_id!r} has a snapshot {name!r} already")
+            if len(entry.snapshots) >= MAX_SNAPSHOTS:
+                raise GatewayError(
+                    409, f"sandbox {sandbox_id!r} has {MAX_SNAPSHOTS} snapshots: delete one first"
+                )
+            folder = Path(tempfile.mkdtemp(prefix=f"snapshot-{sandbox_id}-{name}-"))
+            try:
+                await asyncio.to_thread(
+                    shutil.copytree, entry.workspace, folder / "w", symlinks=True
+                )
+            except BaseException:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise
+            entry.snapshots[name] = folder / "w"
+        return Snapshot(sandbox_id, name)
+
+    async def snapshots(self, namespace: str) -> tuple[Snapshot, ...]:
+        return tuple(
+            Snapshot(e.sandbox.sandbox_id, name)
+            for e in self.entries.values()
+            if e.sandbox.namespace == namespace
+            for name in e.snapshots
+        )
+
+    async def delete_snapshot(self, namespace: str, snapshot: Snapshot) -> None:
+        copy = self._snapshot_of(namespace, snapshot)
+        self.entries[snapshot.sandbox_id].snapshots.pop(snapshot.name, None)
+        shutil.rmtree(copy.parent, ignore_errors=True)
+
+    def _snapshot_of(self, namespace: str, snapshot: Snapshot) -> Path:
+        entry = self.entries.get(snapshot.sandbox_id)
+        copy = entry.snapshots.get(snapshot.name) if entry else None
+        if entry is None or entry.sandbox.namespace != namespace or copy is None:
+            raise GatewayError(404, f"snapshot {snapshot.snapshot_id!r} not found")
+        return copy
 
     def preview(self, sandbox: Sandbox, port: int) -> str | None:
         """Any port of this host's loopback but an agent's or the gateway's own.
@@ -536,3 +589,6 @@ class LocalBackend:
         self.entries.pop(entry.sandbox.sandbox_id, None)
         await self._stop(entry)
         shutil.rmtree(entry.workspace, ignore_errors=True)
+        for copy in entry.snapshots.values():
+            shutil.rmtree(copy.parent, ignore_errors=True)
+        entry.snapshots.clear()

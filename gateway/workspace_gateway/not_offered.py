@@ -9,10 +9,15 @@ sandbox up, so the answer says nothing about whether one exists.
 
 from dataclasses import dataclass
 
-SNAPSHOTS = (
-    "snapshots through the E2B API are not offered by this gateway: a sandbox's filesystem "
-    "snapshots are named in its WorkspaceSandbox's spec.snapshots and restored with "
-    "spec.restoreFrom (docs/tenant-guide.md); memory snapshots are not offered"
+MEMORY = (
+    "snapshots of memory are not offered by this gateway: a snapshot here is of the sandbox's "
+    "files (its workspace disk), and a sandbox made from it starts with none of the source's "
+    "processes; ask for mode='filesystem', or leave the mode out"
+)
+PAUSE_MEMORY = (
+    "pausing with memory is not offered by this gateway: a pause here keeps the sandbox's "
+    "files (its workspace disk) and ends its processes; pause with mode='filesystem', or "
+    "leave the mode out"
 )
 TEMPLATES = (
     "building, changing or deleting templates is not offered by this gateway: its templates "
@@ -30,14 +35,6 @@ class NotOffered:
 
 
 ROUTES = (
-    NotOffered("POST", "/sandboxes/{id}/snapshots", SNAPSHOTS),
-    NotOffered("GET", "/snapshots", SNAPSHOTS),
-    NotOffered(
-        "POST",
-        "/sandboxes/{id}/fork",
-        "forking a sandbox is not offered by this gateway: take a named snapshot "
-        "(spec.snapshots) and create a WorkspaceSandbox restored from it (spec.restoreFrom)",
-    ),
     NotOffered(
         "PUT",
         "/sandboxes/{id}/network",
@@ -131,6 +128,6 @@ ROUTES = (
             "/templates/{name}/files/{name}",
         )
     ),
-    # The SDK's delete_snapshot, and a template's delete.
-    NotOffered("DELETE", "/templates/{name}", f"{SNAPSHOTS}; {TEMPLATES}"),
 )
+"""`DELETE /templates/{name}` is `Control.delete_template`: the SDK's `delete_snapshot` when it
+names a snapshot, else refused with `TEMPLATES`."""

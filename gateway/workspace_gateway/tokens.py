@@ -52,6 +52,10 @@ VERBS: dict[str, tuple[str, ...]] = {
     "POST /sandboxes/{id}/timeout": ("patch",),
     "POST /sandboxes/{id}/pause": ("patch",),
     "GET /sandboxes/{id}/metrics": ("get",),
+    # A snapshot is a change to the sandbox's spec (spec.snapshots); a restore a create.
+    "POST /sandboxes/{id}/snapshots": ("patch",),
+    "GET /snapshots": ("list",),
+    "DELETE /templates/{alias}": ("patch",),
     # Which templates exist: for whoever may list sandboxes.
     "GET /templates/aliases/{alias}": ("list",),
 }

@@ -86,6 +86,9 @@ class Platform:
         """What the function says of a sandbox it refuses (its FATAL message); None: nothing."""
         """Seconds a sandbox waits, from when it is first seen, before it is marked Ready."""
         self.seen: dict[tuple[str, str], float] = {}
+        self.volumes: dict[tuple[str, str], Path] = {}
+        """The snapshots taken, by namespace and VolumeSnapshot name: copies of workspaces, as
+        the function's VolumeSnapshots and a CSI driver would keep them."""
 
     async def run(self) -> None:
         while True:
@@ -95,6 +98,7 @@ class Platform:
             await asyncio.sleep(0.05)
 
     async def observe(self, key: kube_fake.Key, obj: dict[str, Any]) -> None:
+        self._snapshots(key, obj)
         running = obj["spec"].get("power", "Running") == "Running"
         phase = (obj.get("status") or {}).get("phase")
         where = (key[1], key[2])
@@ -134,15 +138,61 @@ class Platform:
             await self.stop(where)
             self._status(key, {"phase": "Suspended"})
 
+    def _snapshots(self, key: kube_fake.Key, obj: dict[str, Any]) -> None:
+        """Each `spec.snapshots` entry a copy of the workspace, reported ready in its status;
+        one no longer named, deleted."""
+        namespace, name = key[1], key[2]
+        named = [s["name"] for s in obj["spec"].get("snapshots") or []]
+        reported = {s["name"]: s for s in (obj.get("status") or {}).get("snapshots") or []}
+        if set(named) == set(reported):
+            return
+        for gone in set(reported) - set(named):
+            copy = self.volumes.pop((namespace, reported[gone]["volumeSnapshot"]), None)
+            if copy is not None:
+                shutil.rmtree(copy, ignore_errors=True)
+        kept = []
+        for snapshot in named:
+            if snapshot not in reported:
+                volume = f"{name}-{snapshot}-vs"
+                copy = Path(tempfile.mkdtemp(prefix=f"{volume}-")) / "w"
+                root = self.roots.get((namespace, name))
+                if root is not None:
+                    shutil.copytree(root, copy, symlinks=True)
+                else:
+                    copy.mkdir()
+                self.volumes[namespace, volume] = copy
+                reported[snapshot] = {
+                    "name": snapshot,
+                    "volumeSnapshot": volume,
+                    "readyToUse": True,
+                }
+            kept.append(reported[snapshot])
+        with contextlib.suppress(KeyError):
+            self.cluster.update(key, lambda o: o.setdefault("status", {}).update(snapshots=kept))
+
     def _status(self, key: kube_fake.Key, status: dict[str, Any]) -> None:
         # Deleted while its agent started or stopped (a kill, a pool member removed): the
         # platform has nothing left to report on; its agent stops with the others in `close`.
+        # What it reports of snapshots stays.
+        def write(obj: dict[str, Any]) -> None:
+            taken = (obj.get("status") or {}).get("snapshots")
+            obj["status"] = {**status, **({"snapshots": taken} if taken else {})}
+
         with contextlib.suppress(KeyError):
-            self.cluster.update(key, lambda o: o.update(status=status))
+            self.cluster.update(key, write)
 
     def _workspace(self, where: tuple[str, str]) -> Path:
         # Outside pytest's root-only temporary folders, so that `nobody` can reach it.
         root = Path(tempfile.mkdtemp(prefix=f"{where[0]}-{where[1]}-"))
+        obj = self.cluster.objects.get((PLURAL, *where)) or {}
+        restore = (obj.get("spec") or {}).get("restoreFrom", {}).get("snapshot")
+        if restore is not None:
+            shutil.copytree(
+                self.volumes[where[0], restore], root, symlinks=True, dirs_exist_ok=True
+            )
+            if os.geteuid() == 0:
+                for path in [root, *root.rglob("*")]:
+                    os.lchown(path, pwd.getpwnam(USER).pw_uid, pwd.getpwnam(USER).pw_gid)
         if os.geteuid() == 0:
             os.chown(root, pwd.getpwnam(USER).pw_uid, pwd.getpwnam(USER).pw_gid)
         self.roots[where] = root
@@ -176,6 +226,8 @@ class Platform:
             await self.stop(where)
         for root in self.roots.values():
             shutil.rmtree(root, ignore_errors=True)
+        for copy in self.volumes.values():
+            shutil.rmtree(copy.parent, ignore_errors=True)
 
 
 @dataclass

@@ -286,6 +286,56 @@ async def test_metadata_and_env_vars_past_what_the_cache_keeps_are_refused_first
     assert not [p for m, p, _ in world.cluster.requests if m == "POST" and p.endswith(PLURAL)]
 
 
+async def test_snapshots_are_spec_snapshots_and_a_restore_is_spec_restore_from(
+    world: World,
+) -> None:
+    made = await world.call("POST", "/v2/sandboxes", KEY_A, json={"templateID": "base"})
+    source = made.json()["sandboxID"]
+    (world.platform.roots["team-a", source] / "kept.txt").write_text("before")
+    taken = await world.call("POST", f"/sandboxes/{source}/snapshots", KEY_A, json={"name": "one"})
+    assert taken.status_code == 201, taken.text
+    snapshot_id = f"snapshot-{source}-one"
+    assert taken.json() == {
+        "snapshotID": snapshot_id,
+        "names": ["one"],
+        "sandboxID": source,
+        "memory": False,
+        "kind": "filesystem",
+        "readyToUse": True,
+    }
+    assert world.xr("team-a", source)["spec"]["snapshots"] == [{"name": "one"}]
+    (world.platform.roots["team-a", source] / "kept.txt").write_text("after")
+    listed = await world.call("GET", "/snapshots", KEY_A)
+    assert [s["snapshotID"] for s in listed.json()] == [snapshot_id]
+    # Another tenant sees none of it, and cannot restore it.
+    assert (await world.call("GET", "/snapshots", KEY_B)).json() == []
+    theirs = await world.call("POST", "/v2/sandboxes", KEY_B, json={"templateID": snapshot_id})
+    assert theirs.status_code == 404
+
+    restored = await world.call("POST", "/v2/sandboxes", KEY_A, json={"templateID": snapshot_id})
+    assert restored.status_code == 201, restored.text
+    copy = restored.json()["sandboxID"]
+    spec = world.xr("team-a", copy)["spec"]
+    assert spec["restoreFrom"] == {"snapshot": f"{source}-one-vs"}
+    assert spec["image"] == world.xr("team-a", source)["spec"]["image"]
+    plane = {"E2b-Sandbox-Id": copy, "X-Access-Token": restored.json()["envdAccessToken"]}
+    read = await world.http.get("/files?path=kept.txt", headers=plane)
+    assert (read.status_code, read.text) == (200, "before")
+
+    path = f"/templates/{snapshot_id}"
+    assert (await world.call("DELETE", path, KEY_B)).status_code == 404
+    assert (await world.call("DELETE", path, KEY_A)).status_code == 204
+    assert world.xr("team-a", source)["spec"]["snapshots"] == []
+    assert (await world.call("DELETE", path, KEY_A)).status_code == 404
+    refused = await world.call(
+        "POST", f"/sandboxes/{source}/snapshots", KEY_A, json={"memory": True}
+    )
+    assert refused.status_code == 501
+    assert refused.json()["message"].startswith("snapshots of memory are not offered")
+    other = await world.call("DELETE", "/templates/base", KEY_A)
+    assert other.status_code == 501
+
+
 def test_a_sandboxs_preview_ports_are_its_spec_ports_but_the_agents() -> None:
     obj = {"spec": {"ports": [{"name": "port-3000", "port": 3000}, {"name": "a", "port": 49983}]}}
     assert preview_ports(obj, 49983) == frozenset({3000})

@@ -1,0 +1,113 @@
+"""Snapshots through E2B's API, with the real SDK, over `workspace-sandbox-gateway --local`:
+`create_snapshot`, `list_snapshots`, `Sandbox.create(snapshot_id)` and `delete_snapshot`.
+
+They are filesystem snapshots (a copy of the workspace here, a `spec.snapshots` VolumeSnapshot
+on a cluster: tests/gateway/test_kubernetes_backend.py), and the answers say so.
+"""
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from e2b import Sandbox, SandboxException
+
+from tests.gateway.sdk.conftest import (  # noqa: F401  # the fixtures
+    Gateway,
+    gateway,
+    sdk_env,
+)
+
+
+@pytest.fixture
+def source() -> Iterator[Sandbox]:
+    made = Sandbox.create()
+    yield made
+    made.kill()
+
+
+def listed(**filters: str) -> list[str]:
+    pages = Sandbox.list_snapshots(**filters)  # type: ignore[arg-type]  # each filter by name
+    found: list[str] = []
+    while pages.has_next:
+        found += [s.snapshot_id for s in pages.next_items()]
+    return sorted(found)
+
+
+def test_a_snapshot_is_the_files_a_new_sandbox_starts_from(source: Sandbox) -> None:
+    source.files.write("notes/kept.txt", "before the snapshot")
+    source.commands.run("sleep 600", background=True)
+    taken = source.create_snapshot(name="first")
+    assert taken.snapshot_id == f"snapshot-{source.sandbox_id}-first"
+    assert taken.names == ["first"]
+    source.files.write("notes/kept.txt", "after the snapshot")
+
+    restored = Sandbox.create(taken.snapshot_id)
+    try:
+        assert restored.sandbox_id != source.sandbox_id
+        assert restored.files.read("notes/kept.txt") == "before the snapshot"
+        assert restored.get_info().template_id == "base"  # its source's template
+        # Files, not memory: none of the source's commands run in it.
+        assert [p.cmd for p in source.commands.list()] != []
+        assert restored.commands.list() == []
+        assert source.files.read("notes/kept.txt") == "after the snapshot"
+    finally:
+        restored.kill()
+
+
+def test_snapshots_are_listed_filtered_and_deleted(source: Sandbox) -> None:
+    one = source.create_snapshot(name="one").snapshot_id
+    unnamed = source.create_snapshot().snapshot_id
+    assert unnamed.startswith(f"snapshot-{source.sandbox_id}-snap-")
+    other = Sandbox.create()
+    try:
+        theirs = other.create_snapshot(name="one").snapshot_id
+        assert listed(sandbox_id=source.sandbox_id) == sorted([one, unnamed])
+        assert listed(name="one") == sorted([one, theirs])
+        assert listed(name=one) == [one]
+        assert set(listed()) >= {one, unnamed, theirs}
+        pages = Sandbox.list_snapshots(sandbox_id=source.sandbox_id, limit=1)
+        assert [s.snapshot_id for s in pages.next_items()] == [one]
+        assert [s.snapshot_id for s in pages.next_items()] == [unnamed]
+        assert not pages.has_next
+    finally:
+        other.kill()
+    # A sandbox's snapshots go with it, as its VolumeSnapshots go with a WorkspaceSandbox.
+    assert theirs not in listed()
+    assert Sandbox.delete_snapshot(one) is True
+    assert Sandbox.delete_snapshot(one) is False
+    assert listed(sandbox_id=source.sandbox_id) == [unnamed]
+    with pytest.raises(SandboxException, match="not found"):
+        Sandbox.create(one)
+
+
+def test_what_is_not_a_filesystem_snapshot_is_refused_by_name(source: Sandbox) -> None:
+    with pytest.raises(SandboxException, match="snapshots of memory are not offered"):
+        source.create_snapshot(mode="full")
+    with pytest.raises(SandboxException, match="a DNS label of at most 40 characters"):
+        source.create_snapshot(name="team/project:v1")
+    source.create_snapshot(name="twice", mode="filesystem")
+    with pytest.raises(SandboxException, match="has a snapshot 'twice' already"):
+        source.create_snapshot(name="twice")
+    with pytest.raises(SandboxException, match="pausing with memory is not offered"):
+        source.pause(mode="full")
+    assert source.is_running()
+
+
+def test_the_answer_says_what_kind_of_snapshot_it_is(
+    gateway: Gateway,  # noqa: F811  # the fixture
+    source: Sandbox,
+) -> None:
+    answer = httpx.post(
+        f"{gateway.url}/sandboxes/{source.sandbox_id}/snapshots",
+        json={"name": "raw"},
+        headers={"X-API-Key": gateway.key},
+    )
+    assert answer.status_code == 201
+    assert answer.json() == {
+        "snapshotID": f"snapshot-{source.sandbox_id}-raw",
+        "names": ["raw"],
+        "sandboxID": source.sandbox_id,
+        "memory": False,
+        "kind": "filesystem",
+        "readyToUse": True,
+    }
