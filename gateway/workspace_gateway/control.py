@@ -3,6 +3,7 @@
 Everything here but `handle` is plain functions over plain values, tested without sockets.
 """
 
+import asyncio
 import base64
 import binascii
 import ipaddress
@@ -23,6 +24,7 @@ from workspace_gateway.errors import GatewayError
 
 DEFAULT_TIMEOUT = 300
 MAX_TIMEOUT = 24 * 3600  # E2B's cap for its Pro tier
+MAX_FORKS = 20  # the SDK's own bound
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 100
 CLIENT_ID = "workspace-sandbox-gateway"
@@ -484,6 +486,7 @@ class Control:
             ("POST", "/sandboxes/{id}/pause", self.pause),
             ("GET", "/sandboxes/{id}/metrics", self.metrics),
             ("POST", "/sandboxes/{id}/snapshots", self.take_snapshot),
+            ("POST", "/sandboxes/{id}/fork", self.fork),
             ("GET", "/snapshots", self.list_snapshots),
             ("DELETE", "/templates/{alias}", self.delete_template),
             # Before the routes not offered, where /templates/{name} would take it.
@@ -544,6 +547,46 @@ class Control:
             )
         taken = await self.backend.snapshot(namespace, sandbox_id, name)
         return Reply(201, snapshot_json(taken))
+
+    async def fork(self, sandbox_id: str, *, namespace: str, body: bytes, **_: object) -> Reply:
+        """`fork`: `count` sandboxes from one filesystem snapshot of this one, taken now.
+
+        The snapshot (`fork-...`) is kept, listed with the others; the forks have the source's
+        files, template and metadata, and none of its processes.
+        """
+        asked = _object(body)
+        timeout = timeout_of(asked.get("timeout"))
+        count = asked.get("count", 1)
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_FORKS:
+            raise GatewayError(400, f"count must be a whole number from 1 to {MAX_FORKS}")
+        source = await self.backend.get(namespace, sandbox_id)
+        taken = await self.backend.snapshot(namespace, sandbox_id, "fork-" + secrets.token_hex(4))
+        if not taken.ready:
+            raise GatewayError(
+                504,
+                f"the fork's snapshot {taken.snapshot_id!r} is not ready yet: create sandboxes "
+                "from it with Sandbox.create once list_snapshots says it is",
+            )
+        request = NewSandbox(
+            template=source.template,
+            timeout=timeout,
+            metadata=dict(source.metadata),
+            auto_pause=source.auto_pause,
+            restore=taken,
+        )
+        made = await asyncio.gather(
+            *(self.backend.create(namespace, request) for _ in range(count)),
+            return_exceptions=True,
+        )
+        results: list[dict[str, Any]] = []
+        for one in made:
+            if isinstance(one, Sandbox):
+                results.append({"sandbox": sandbox_json(one, self.domain)})
+            elif isinstance(one, GatewayError):
+                results.append({"error": one.body()})
+            else:
+                raise one
+        return Reply(201, results)
 
     async def list_snapshots(
         self, *, namespace: str, query: dict[str, list[str]], **_: object

@@ -293,7 +293,7 @@ def test_the_audit_log_names_routes_not_offered_by_their_template(backend: Sandb
         "POST /sandboxes/{id}/snapshots",
         ONE,
     )
-    assert control.resolve("DELETE", "/templates/snap-1") == ("DELETE /templates/{name}", None)
+    assert control.resolve("DELETE", "/templates/snap-1") == ("DELETE /templates/{alias}", None)
     assert control.resolve("GET", "/templates/aliases/base") == (
         "GET /templates/aliases/{alias}",
         None,

@@ -77,7 +77,10 @@ def test_the_npm_sdk_s_core_cycle(
     assert seen["startedAfter"] == [seen["second"]]
     assert seen["metrics"]["cpuCount"] >= 1
     assert seen["metrics"]["memTotal"] > 0
-    assert "501" in seen["snapshot"] and "spec.snapshots" in seen["snapshot"]
+    assert seen["snapshot"].startswith(f"snapshot-{seen['id']}-snap-")
+    assert seen["restored"] == "written by node"
+    assert seen["deleted"] == [True, False]
+    assert "501" in seen["fullPause"] and "pausing with memory is not offered" in seen["fullPause"]
     assert seen["killed"] == [True, True, False]
 
 

@@ -5,6 +5,7 @@ They are filesystem snapshots (a copy of the workspace here, a `spec.snapshots` 
 on a cluster: tests/gateway/test_kubernetes_backend.py), and the answers say so.
 """
 
+import os
 from collections.abc import Iterator
 
 import httpx
@@ -111,3 +112,36 @@ def test_the_answer_says_what_kind_of_snapshot_it_is(
         "kind": "filesystem",
         "readyToUse": True,
     }
+
+
+def test_a_fork_is_sandboxes_from_one_filesystem_snapshot(source: Sandbox) -> None:
+    source.files.write("state.txt", "forked")
+    source.commands.run("sleep 600", background=True)
+    forks = source.fork(count=2, timeout=120)
+    try:
+        assert all(isinstance(f, Sandbox) for f in forks), forks
+        first, second = (f for f in forks if isinstance(f, Sandbox))
+        assert len({first.sandbox_id, second.sandbox_id, source.sandbox_id}) == 3
+        for fork in (first, second):
+            assert fork.files.read("state.txt") == "forked"
+            assert fork.commands.list() == []  # files, not processes
+        first.files.write("state.txt", "changed in one fork")
+        assert second.files.read("state.txt") == "forked"
+        assert source.files.read("state.txt") == "forked"
+        # The snapshot they came from is the source's, listed and deletable as any other.
+        (kept,) = listed(sandbox_id=source.sandbox_id)
+        assert kept.startswith(f"snapshot-{source.sandbox_id}-fork-")
+    finally:
+        for fork in forks:
+            if isinstance(fork, Sandbox):
+                fork.kill()
+    # A count the SDK would not send (it checks it itself), sent anyway.
+    answer = httpx.post(
+        f"{os.environ['E2B_API_URL']}/sandboxes/{source.sandbox_id}/fork",
+        json={"count": 21},
+        headers={"X-API-Key": os.environ["E2B_API_KEY"]},
+    )
+    assert (answer.status_code, answer.json()["message"]) == (
+        400,
+        "count must be a whole number from 1 to 20",
+    )

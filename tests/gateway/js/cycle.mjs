@@ -50,13 +50,26 @@ try {
   assert.equal(metrics.length, 1)
   seen.metrics = { cpuCount: metrics[0].cpuCount, memTotal: metrics[0].memTotal }
 
+  // A filesystem snapshot, and a sandbox made from it.
+  const snapshot = await first.createSnapshot()
+  seen.snapshot = snapshot.snapshotId
+  const restored = await Sandbox.create(snapshot.snapshotId)
   try {
-    await first.createSnapshot()
-    assert.fail('a snapshot was made')
+    seen.restored = await restored.files.read('notes/from-js.txt')
+  } finally {
+    await restored.kill()
+  }
+  seen.deleted = [
+    await Sandbox.deleteSnapshot(snapshot.snapshotId),
+    await Sandbox.deleteSnapshot(snapshot.snapshotId),
+  ]
+  try {
+    await first.pause({ keepMemory: true })
+    assert.fail('paused with memory')
   } catch (e) {
     assert.ok(e instanceof SandboxError, String(e))
     assert.ok(!(e instanceof NotFoundError), String(e))
-    seen.snapshot = e.message
+    seen.fullPause = e.message
   }
   assert.equal(await first.isRunning(), true)
 } finally {
