@@ -282,17 +282,30 @@ async def _sandbox(
     )
 
 
-async def previewed(backend: Backend, target: Target) -> tuple[Sandbox, str] | dict[str, Any]:
+PRIVATE_PREVIEW = GatewayError(
+    403,
+    "this sandbox's previews are private (network.allowPublicTraffic: false): send its "
+    "trafficAccessToken as the e2b-traffic-access-token header",
+)
+
+
+async def previewed(
+    backend: Backend, target: Target, traffic: str | None
+) -> tuple[Sandbox, str] | dict[str, Any]:
     """The sandbox a preview is for and its port's base URL, or the 502 body to answer.
 
     A preview carries no credential to choose between two sandboxes of one ID (a look-alike
     a tenant made by hand, which the gateway's mark keeps out): it reaches one sandbox or none.
+    A private sandbox's (`network.allowPublicTraffic: false`) takes its traffic token, `traffic`
+    (the request's `e2b-traffic-access-token`), else raises 403.
     """
     found = await backend.locate(target.sandbox_id)
     running = [s for s in found if s.state is State.RUNNING and s.endpoint is not None]
     if len(found) != 1 or not running:
         return proxy.not_found_body(target.sandbox_id)
     (sandbox,) = running
+    if not sandbox.public_traffic and not credentials.opens_previews(sandbox.access_token, traffic):
+        raise PRIVATE_PREVIEW
     base = backend.preview(sandbox, target.port) if 0 < target.port <= MAX_PORT else None
     if base is None:
         return previews.not_open(target.sandbox_id, target.port)
@@ -311,7 +324,7 @@ async def _preview(
     streams: proxy.Streams,
 ) -> None:
     """An HTTP request to one of the sandbox's own ports (`previews`)."""
-    got = await previewed(backend, target)
+    got = await previewed(backend, target, header(scope, "e2b-traffic-access-token"))
     if isinstance(got, dict):
         await respond_json(send, 502, got)
         return
@@ -417,7 +430,7 @@ async def _websocket(  # noqa: PLR0917  # the ASGI call's parts
             await previews.refuse(scope, send, 400, body)
             return
         try:
-            got = await previewed(backend, target)
+            got = await previewed(backend, target, header(scope, "e2b-traffic-access-token"))
         except GatewayError as e:
             await previews.refuse(scope, send, e.status, e.body())
             return

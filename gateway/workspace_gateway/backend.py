@@ -71,6 +71,8 @@ class NewSandbox:
     restore: Snapshot | None = None
     """The snapshot its workspace starts from (`Sandbox.create(snapshot_id)`); `template` is
     then its sandbox's."""
+    public_traffic: bool = True
+    """`network.allowPublicTraffic`: False, its previews take its traffic access token."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,8 @@ class Sandbox:
     ports: frozenset[int] = frozenset()
     """Its preview ports on a cluster: the TCP ports besides the agent's that the gateway
     reaches on it (the WorkspaceSandbox's `spec.ports`, which its template names)."""
+    public_traffic: bool = True
+    """Whether its previews are public; else they take its traffic access token."""
 
     def port_url(self, port: int) -> str | None:
         """The base URL of one of its `ports` while it runs, or None: not one of them."""

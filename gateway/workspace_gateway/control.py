@@ -182,15 +182,13 @@ def _allowed(entry: str, field: str) -> dict[str, str]:
     return {"fqdn": entry.lower()}
 
 
-def _public_traffic(public: object) -> None:
-    """`network.allowPublicTraffic`: previews are public here, so only true (or nothing)."""
-    if public is not None and public is not True:
-        raise GatewayError(
-            400,
-            "network.allowPublicTraffic: previews are public on this gateway (anyone with the "
-            "sandbox's ID reaches the ports its template names); private previews with a "
-            "traffic access token are not offered yet",
-        )
+def public_traffic(body: dict[str, Any]) -> bool:
+    """`network.allowPublicTraffic`: previews are public unless it says false."""
+    network = body.get("network")
+    public = network.get("allowPublicTraffic") if isinstance(network, dict) else None
+    if public is not None and not isinstance(public, bool):
+        raise GatewayError(400, "network.allowPublicTraffic must be true or false")
+    return public is not False
 
 
 def egress_of(body: dict[str, Any]) -> dict[str, Any] | None:
@@ -209,7 +207,6 @@ def egress_of(body: dict[str, Any]) -> dict[str, Any] | None:
         network = {}
     if not isinstance(network, dict):
         raise GatewayError(400, "network must be an object")
-    _public_traffic(network.get("allowPublicTraffic"))
     for name in sorted(network):
         if name not in {*NETWORK_OFFERED, "allowPublicTraffic"} and network[name] is not None:
             raise GatewayError(400, f"'network.{name}' is not offered by this gateway")
@@ -258,6 +255,7 @@ def new_sandbox(body: dict[str, Any]) -> NewSandbox:
         env_vars=_strings(body, "envVars"),
         auto_pause=auto_pause,
         network=network,
+        public_traffic=public_traffic(body),
     )
 
 

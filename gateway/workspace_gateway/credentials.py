@@ -90,11 +90,18 @@ RUNS_CODE = "/execute"
 def traffic_token(token: str) -> str:
     """A sandbox's traffic access token, derived from its access token, which it never opens.
 
-    The code interpreter SDK sends it (`E2B-Traffic-Access-Token`) on every call to port 49999,
-    and the access token only on `/execute`; so it opens the interpreter's contexts (list,
-    create, restart, remove) and nothing that runs code, reads files or starts commands.
+    It opens the previews of a sandbox created with `network.allowPublicTraffic: false`, as on
+    E2B. The code interpreter SDK sends it (`E2B-Traffic-Access-Token`) on every call to port
+    49999, and the access token only on `/execute`; so it opens the interpreter's contexts
+    (list, create, restart, remove) too, and nothing that runs code, reads files or starts
+    commands.
     """
     return hmac.new(token.encode(), TRAFFIC, hashlib.sha256).hexdigest()
+
+
+def opens_previews(token: str, traffic: str | None) -> bool:
+    """Whether a preview of a private sandbox carries its traffic token."""
+    return traffic is not None and _same(traffic, traffic_token(token))
 
 
 def opens_interpreter(

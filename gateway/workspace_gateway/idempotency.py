@@ -41,9 +41,17 @@ def key_of(header: str | None) -> str | None:
     return header
 
 
+LATER_FIELDS: dict[str, object] = {"restore": None, "public_traffic": True}
+"""Fields NewSandbox gained after fingerprints were first kept: left out while at their default,
+so a retry across an upgrade still finds the sandbox its first try made."""
+
+
 def fingerprint(seed: bytes, namespace: str, request: NewSandbox) -> str:
     """What the request asked for, keyed with `seed`: it includes env vars, which may be secret."""
     asked = asdict(replace(request, idempotency_key=None))
+    for name, default in LATER_FIELDS.items():
+        if asked.get(name) == default:
+            del asked[name]
     text = json.dumps([namespace, asked], sort_keys=True, separators=(",", ":"))
     return hmac.new(seed, text.encode(), hashlib.sha256).hexdigest()
 

@@ -85,6 +85,8 @@ TEMPLATE, STARTED, END, AUTO_PAUSE = (
     f"{PREFIX}{n}" for n in ("template", "started-at", "end-at", "auto-pause")
 )
 METADATA, ENV_VARS, MARK = f"{PREFIX}metadata", f"{PREFIX}env-vars", f"{PREFIX}mark"
+PRIVATE = f"{PREFIX}private-traffic"
+"""`true` on a sandbox created with `network.allowPublicTraffic: false`."""
 # The create's Idempotency-Key, as a label to find it by, and what the create asked for.
 KEY_LABEL, REQUEST_NOTE = f"{PREFIX}idempotency-key", f"{PREFIX}idempotency-request"
 CACHED_LABELS = frozenset({ID_LABEL, POOL_LABEL, POOL_TEMPLATE_LABEL})
@@ -183,6 +185,8 @@ def _callers(
     }
     if request.idempotency_key is not None:
         annotations[REQUEST_NOTE] = fingerprint(seed, namespace, request)
+    if not request.public_traffic:
+        annotations[PRIVATE] = "true"
     size = notes_bytes(annotations)
     if size > MAX_CALLER_NOTES_BYTES:
         # Past this the watch cache would not keep it (`sandbox_view`).
@@ -422,6 +426,7 @@ def sandbox_of(obj: Mapping[str, Any], settings: Settings, envd_version: str = "
         envd_version=envd_version,
         access_token=access_token(settings.seed, metadata["namespace"], metadata["name"]),
         auto_pause=notes.get(AUTO_PAUSE) == "true",
+        public_traffic=notes.get(PRIVATE) != "true",
         endpoint=agent_url(obj, settings.agent_port),
         namespace=metadata["namespace"],
         ports=preview_ports(obj, settings.agent_port),

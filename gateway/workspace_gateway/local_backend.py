@@ -256,6 +256,7 @@ class LocalBackend:
             end_at=now + timedelta(seconds=request.timeout),
             access_token=secrets.token_hex(32),
             auto_pause=request.auto_pause,
+            public_traffic=request.public_traffic,
         )
 
     def _take(self, key: PoolKey) -> _Entry | None:

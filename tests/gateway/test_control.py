@@ -440,7 +440,7 @@ async def asgi_get(app: Any, path: str, headers: dict[str, str]) -> tuple[int, b
 
 @contextlib.asynccontextmanager
 async def previewing(
-    answer: bytes, ports: frozenset[int] = frozenset({3000})
+    answer: bytes, ports: frozenset[int] = frozenset({3000}), *, private: bool = False
 ) -> AsyncIterator[tuple[Any, list[httpx.Request]]]:
     """The app over one sandbox that names `ports`, whose app answers `answer` (streamed,
     as a server's answer is), and the requests that reached it."""
@@ -454,7 +454,11 @@ async def previewing(
         return httpx.Response(200, content=served())
 
     backend = Sandboxes()
-    backend.all = [sandbox(1, namespace="a", ports=ports, endpoint="http://svc.a:49983")]
+    backend.all = [
+        sandbox(
+            1, namespace="a", ports=ports, endpoint="http://svc.a:49983", public_traffic=not private
+        )
+    ]
     async with httpx.AsyncClient(transport=httpx.MockTransport(app_in_the_sandbox)) as upstream:
         yield build_app(backend, upstream, keys=StaticKeys({KEY: "a"}), domain=PREVIEWS), seen
 
@@ -520,6 +524,25 @@ async def test_the_interpreter_s_port_takes_the_access_token_or_for_contexts_the
         assert status == 502
         assert json.loads(body)["message"] == "The sandbox is running but port is not open: 49999"
         assert seen == []
+
+
+async def test_a_private_sandbox_s_previews_take_its_traffic_token_and_keep_it() -> None:
+    """`network.allowPublicTraffic: false`: E2B's `e2b-traffic-access-token`, which the app in
+    the sandbox never sees; the access token is no traffic token."""
+    traffic = hmac.new(TOKEN.encode(), b"e2b-traffic-access-token", hashlib.sha256).hexdigest()
+    async with previewing(b"private", private=True) as (app, seen):
+        host = f"3000-{PREVIEWED}"
+        for headers in ({}, {"e2b-traffic-access-token": "made-up"}, {"X-Access-Token": TOKEN}):
+            status, body = await asgi_get(app, "/", {"Host": host, **headers})
+            assert status == 403, headers
+            assert b"allowPublicTraffic: false" in body
+        sent = await websocket_answer(app, b"/", host)
+        assert sent[0]["status"] == 403
+        assert seen == []
+        headers = {"Host": host, "e2b-traffic-access-token": traffic}
+        assert await asgi_get(app, "/", headers) == (200, b"private")
+        (request,) = seen
+        assert "e2b-traffic-access-token" not in request.headers
 
 
 async def test_envds_internal_paths_are_refused_on_its_port_alone() -> None:

@@ -31,6 +31,7 @@ NAMED = {"allowOut": ["pypi.org", "*.npmjs.org", "1.1.1.1", "2606:4700::/32"]}
         pytest.param({}, None, id="nothing-said"),
         pytest.param({"allow_internet_access": True}, None, id="internet"),
         pytest.param({"network": {"allowPublicTraffic": True}}, None, id="public-previews"),
+        pytest.param({"network": {"allowPublicTraffic": False}}, None, id="private-previews"),
         pytest.param({"network": {"allowOut": ["pypi.org"]}}, None, id="allow-alone-adds-nothing"),
         pytest.param({"allow_internet_access": False}, {"egress": "None"}, id="no-internet"),
         pytest.param({"network": {"denyOut": [ALL_TRAFFIC]}}, {"egress": "None"}, id="deny-all"),
@@ -95,12 +96,8 @@ def test_egress_settings_become_the_sandboxs_network(
         ),
         ({"network": {"rules": {}}}, "'network.rules' is not offered by this gateway"),
         (
-            {"network": {"allowPublicTraffic": False}},
-            (
-                "network.allowPublicTraffic: previews are public on this gateway (anyone with "
-                "the sandbox's ID reaches the ports its template names); private previews with "
-                "a traffic access token are not offered yet"
-            ),
+            {"network": {"allowPublicTraffic": "no"}},
+            "network.allowPublicTraffic must be true or false",
         ),
         ({"network": "none"}, "network must be an object"),
         ({"allow_internet_access": "no"}, "allow_internet_access must be true or false"),

@@ -5,6 +5,9 @@ the header on every attempt of one create.
 """
 
 import asyncio
+import hashlib
+import hmac
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -122,3 +125,24 @@ def test_a_retried_create_gets_the_same_sandbox_on_a_cluster(cluster: kube_fake.
     assert len(stored["labels"][KEY_LABEL]) == 40
     assert "job-42" not in str(stored)
     check_the_cycle(first, again)
+
+
+def test_a_fingerprint_is_what_it_was_before_the_later_fields() -> None:
+    """A retry across an upgrade still finds its sandbox: fields NewSandbox gained since
+    (`restore`, `public_traffic`) leave the fingerprint alone at their defaults."""
+    asked = NewSandbox(template="base", timeout=300)
+    before = {
+        "auto_pause": False,
+        "env_vars": {},
+        "idempotency_key": None,
+        "metadata": {},
+        "network": None,
+        "template": "base",
+        "timeout": 300,
+    }
+    text = json.dumps(["a", before], sort_keys=True, separators=(",", ":"))
+    assert (
+        fingerprint(SEED, "a", asked) == hmac.new(SEED, text.encode(), hashlib.sha256).hexdigest()
+    )
+    private = NewSandbox(template="base", timeout=300, public_traffic=False)
+    assert fingerprint(SEED, "a", private) != fingerprint(SEED, "a", asked)

@@ -336,6 +336,23 @@ async def test_snapshots_are_spec_snapshots_and_a_restore_is_spec_restore_from(
     assert other.status_code == 501
 
 
+async def test_a_private_sandbox_is_marked_so_and_its_previews_take_its_traffic_token(
+    world: World,
+) -> None:
+    body = {"templateID": "base", "network": {"allowPublicTraffic": False}}
+    made = await world.call("POST", "/v2/sandboxes", KEY_A, json=body)
+    assert made.status_code == 201, made.text
+    sandbox_id, traffic = made.json()["sandboxID"], made.json()["trafficAccessToken"]
+    notes = world.xr("team-a", sandbox_id)["metadata"]["annotations"]
+    assert notes["gateway.sandbox.cozystack.io/private-traffic"] == "true"
+    assert "network" not in world.xr("team-a", sandbox_id)["spec"]  # egress unchanged
+    route = {"E2b-Sandbox-Id": sandbox_id, "E2b-Sandbox-Port": "3000"}
+    assert (await world.http.get("/", headers=route)).status_code == 403
+    # With its token it is a preview as any other: here, a port its template does not name.
+    opened = await world.http.get("/", headers={**route, "e2b-traffic-access-token": traffic})
+    assert opened.status_code == 502
+
+
 def test_a_sandboxs_preview_ports_are_its_spec_ports_but_the_agents() -> None:
     obj = {"spec": {"ports": [{"name": "port-3000", "port": 3000}, {"name": "a", "port": 49983}]}}
     assert preview_ports(obj, 49983) == frozenset({3000})

@@ -103,6 +103,12 @@ def served(
     """A sandbox running an HTTP echo server and a WebSocket echo server, and their ports."""
     point_sdk_at(gateway, monkeypatch)
     sandbox = Sandbox.create()
+    yield sandbox, start_servers(sandbox, trap)
+    sandbox.kill()
+
+
+def start_servers(sandbox: Sandbox, trap: socket.socket) -> dict[str, int]:
+    """Start the echo servers in `sandbox`: their ports."""
     sandbox.files.write("previews_server.py", SERVER.replace("TRAP", str(trap.getsockname()[1])))
     # The test's own Python, which has `websockets`: the local mode's sandbox is this machine.
     sandbox.commands.run(f"{sys.executable} previews_server.py", background=True)
@@ -110,8 +116,41 @@ def served(
     while not sandbox.files.exists("ports.json"):
         assert time.monotonic() < deadline, "the servers in the sandbox never started"
         time.sleep(0.1)
-    yield sandbox, json.loads(sandbox.files.read("ports.json"))
-    sandbox.kill()
+    ports: dict[str, int] = json.loads(sandbox.files.read("ports.json"))
+    return ports
+
+
+def test_a_private_sandbox_s_previews_take_its_traffic_token(
+    gateway: Gateway,  # noqa: F811  # the imported fixture
+    monkeypatch: pytest.MonkeyPatch,
+    trap: socket.socket,
+) -> None:
+    """`network={"allow_public_traffic": False}`: E2B's private previews. The token the create
+    answered opens them, as `e2b-traffic-access-token`, and never reaches the app."""
+    point_sdk_at(gateway, monkeypatch)
+    sandbox = Sandbox.create(network={"allow_public_traffic": False})
+    try:
+        ports = start_servers(sandbox, trap)
+        token = sandbox.traffic_access_token
+        assert token
+        url, host = f"{gateway.url}/page", host_of(sandbox, ports["http"])
+        refused = httpx.get(url, headers={"Host": host})
+        assert refused.status_code == 403
+        assert "e2b-traffic-access-token" in refused.json()["message"]
+        access = {"Host": host, "X-Access-Token": sandbox._envd_access_token or ""}
+        assert httpx.get(url, headers=access).status_code == 403
+        answer = httpx.get(url, headers={"Host": host, "e2b-traffic-access-token": token})
+        assert answer.status_code == 200, answer.text
+        assert "e2b-traffic-access-token" not in dict(answer.json()["headers"])
+        # Its token is its own: another sandbox's opens nothing here.
+        other = Sandbox.create()
+        try:
+            theirs = {"Host": host, "e2b-traffic-access-token": other.traffic_access_token or ""}
+            assert httpx.get(url, headers=theirs).status_code == 403
+        finally:
+            other.kill()
+    finally:
+        sandbox.kill()
 
 
 def host_of(sandbox: Sandbox, port: int) -> str:
