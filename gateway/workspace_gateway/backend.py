@@ -116,6 +116,10 @@ class Backend(Protocol):
 
     def templates(self) -> frozenset[str]: ...
 
+    def figures(self, template: str) -> tuple[int, int, int]:
+        """cpuCount, memoryMB and diskSizeMB of one of its templates; 0 where a preset decides."""
+        ...
+
     async def ready(self) -> bool:
         """Whether this replica can serve: what the unauthenticated `GET /health` says."""
         ...

@@ -10,6 +10,7 @@ import ipaddress
 import json
 import re
 import secrets
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -275,6 +276,11 @@ def snapshot_json(snapshot: Snapshot) -> dict[str, Any]:
     }
 
 
+def template_build(name: str) -> str:
+    """A template's one build, as a UUID: the same for its name on every replica."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"workspace-sandbox-gateway:template:{name}"))
+
+
 def metadata_filter(raw: str) -> dict[str, str]:
     """The `metadata` list filter, whose outer layer of quoting the query parser took off.
 
@@ -423,6 +429,8 @@ class Control:
         """For the agents' `/metrics`; without it (route tests) a sandbox has no samples."""
         self.locks = idempotency.Locks()
         self.routes = self._routes()
+        self.started = now()
+        """When the gateway started: what its templates report as their creation."""
 
     async def handle(
         self,
@@ -489,6 +497,9 @@ class Control:
             ("DELETE", "/templates/{alias}", self.delete_template),
             # Before the routes not offered, where /templates/{name} would take it.
             ("GET", "/templates/aliases/{alias}", self.template_alias),
+            ("GET", "/templates", self.list_templates),
+            ("GET", "/templates/{alias}", self.get_template),
+            ("GET", "/templates/{alias}/tags", self.template_tags),
             *(r for r in refused if "{" in r[1]),
         ]
         return [(verb, one(t), t.replace("{v2}", ""), action) for verb, t, action in table]
@@ -673,6 +684,57 @@ class Control:
         if name not in self.backend.templates():
             raise GatewayError(404, f"template {name!r} not found")
         return Reply(200, {"templateID": name, "public": True})
+
+    def _template(self, name: str) -> dict[str, Any]:
+        """E2B's `Template`, from the mapping: one build, ready, the only tag `default`."""
+        cpu, memory, disk = self.backend.figures(name)
+        return {
+            "templateID": name,
+            "buildID": template_build(name),
+            "cpuCount": cpu,
+            "memoryMB": memory,
+            "diskSizeMB": disk,
+            "public": True,
+            "aliases": [name],
+            "names": [name],
+            "createdAt": rfc3339(self.started),
+            "updatedAt": rfc3339(self.started),
+            "createdBy": None,
+            "lastSpawnedAt": None,
+            "spawnCount": 0,
+            "buildCount": 1,
+            "envdVersion": "",
+            "buildStatus": "ready",
+        }
+
+    async def list_templates(self, **_: object) -> Reply:
+        """`GET /templates`: the mapping's templates (E2B CLI's `template list`)."""
+        return Reply(200, [self._template(n) for n in sorted(self.backend.templates())])
+
+    async def get_template(self, name: str, **_: object) -> Reply:
+        if name not in self.backend.templates():
+            raise GatewayError(404, f"template {name!r} not found")
+        template = self._template(name)
+        build = {
+            "buildID": template["buildID"],
+            "status": "ready",
+            "createdAt": template["createdAt"],
+            "updatedAt": template["updatedAt"],
+            "finishedAt": template["createdAt"],
+            "cpuCount": template["cpuCount"],
+            "memoryMB": template["memoryMB"],
+            "diskSizeMB": template["diskSizeMB"],
+        }
+        return Reply(200, {**template, "builds": [build]})
+
+    async def template_tags(self, name: str, **_: object) -> Reply:
+        """`Template.get_tags`: a mapping's template has one build, tagged `default`."""
+        if name not in self.backend.templates():
+            raise GatewayError(404, f"template {name!r} not found")
+        created = rfc3339(self.started)
+        return Reply(
+            200, [{"tag": "default", "buildID": template_build(name), "createdAt": created}]
+        )
 
     async def metrics(
         self, sandbox_id: str, *, namespace: str, query: dict[str, list[str]], **_: object

@@ -488,6 +488,9 @@ class KubernetesBackend:
     def templates(self) -> frozenset[str]:
         return frozenset(self.settings.templates)
 
+    def figures(self, template: str) -> tuple[int, int, int]:
+        return self.settings.templates[template].figures()
+
     async def ready(self) -> bool:
         """Once the watch has listed: the first readiness probe starts it."""
         return await self._synced()

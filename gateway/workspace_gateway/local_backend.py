@@ -130,7 +130,7 @@ class LocalBackend:
         self.members: dict[PoolKey, list[_Entry]] = {key: [] for key in self.pools}
         self.making: dict[PoolKey, int] = dict.fromkeys(self.pools, 0)
         self.closed = False
-        self.figures = machine_figures()
+        self.figures_of_machine = machine_figures()
         self.entries: dict[str, _Entry] = {}
         # Every agent process, and its ports (its own, its interpreter's), until it has been
         # waited for, whatever cancelled its stop; and every port handed out until then, so
@@ -146,6 +146,9 @@ class LocalBackend:
 
     def templates(self) -> frozenset[str]:
         return TEMPLATES
+
+    def figures(self, template: str) -> tuple[int, int, int]:  # noqa: ARG002  # all alike here
+        return self.figures_of_machine
 
     async def ready(self) -> bool:
         return True
@@ -224,7 +227,7 @@ class LocalBackend:
         sandbox_id = new_id()
         workspace = Path(tempfile.mkdtemp(prefix=f"sandbox-{sandbox_id}-"))
         now = datetime.now(UTC)
-        cpu, memory, disk = self.figures
+        cpu, memory, disk = self.figures_of_machine
         sandbox = Sandbox(
             sandbox_id=sandbox_id,
             template=template,

@@ -21,8 +21,10 @@ PAUSE_MEMORY = (
 )
 TEMPLATES = (
     "building, changing or deleting templates is not offered by this gateway: its templates "
-    "are the platform's, each an image in the catalog and an entry of the gateway's template "
-    "mapping (docs/gateway.md, Templates and keys); create sandboxes from those by name"
+    "are the platform's. To add one, the platform builds the image (images/sandbox/Dockerfile "
+    "is the reference), pushes it, names it in the SandboxPlatform's image catalog, and maps a "
+    "template name to it in the gateway's templates.yaml (docs/gateway.md, Templates and "
+    "keys); then create sandboxes from it by that name"
 )
 
 
@@ -112,15 +114,13 @@ ROUTES = (
         NotOffered(
             "GET",
             path,
-            "template listings are not offered by this gateway: ask whether a template exists "
-            "by its name (Template.exists, GET /templates/aliases/<name>)",
+            "this template listing is not offered by this gateway: its templates are read with "
+            "GET /templates, GET /templates/<name>, its tags with GET /templates/<name>/tags, "
+            "and Template.exists",
         )
         for path in (
-            "/templates",
             "/v2/templates",
             "/default-templates",
-            "/templates/{name}",
-            "/templates/{name}/tags",
             "/templates/{name}/tags/count",
             "/templates/{name}/tags/exists",
             "/templates/{name}/tags/groups",

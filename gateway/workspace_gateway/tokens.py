@@ -59,6 +59,9 @@ VERBS: dict[str, tuple[str, ...]] = {
     "DELETE /templates/{alias}": ("patch",),
     # Which templates exist: for whoever may list sandboxes.
     "GET /templates/aliases/{alias}": ("list",),
+    "GET /templates": ("list",),
+    "GET /templates/{alias}": ("list",),
+    "GET /templates/{alias}/tags": ("list",),
 }
 """The routes not offered (`not_offered.py`) need none: they answer 501 to any caller."""
 

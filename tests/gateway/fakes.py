@@ -45,6 +45,9 @@ class Sandboxes:
     def templates(self) -> frozenset[str]:
         return frozenset({"base"})
 
+    def figures(self, template: str) -> tuple[int, int, int]:  # noqa: ARG002  # one template
+        return 2, 1024, 2048
+
     async def ready(self) -> bool:
         return self.is_ready
 
