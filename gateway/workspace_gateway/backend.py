@@ -98,6 +98,9 @@ class Sandbox:
     reaches on it (the WorkspaceSandbox's `spec.ports`, which its template names)."""
     public_traffic: bool = True
     """Whether its previews are public; else they take its traffic access token."""
+    network: dict[str, Any] | None = None
+    """Its egress (the WorkspaceSandbox's `spec.network`) as it was created; None: the
+    template's."""
 
     def port_url(self, port: int) -> str | None:
         """The base URL of one of its `ports` while it runs, or None: not one of them."""

@@ -382,6 +382,21 @@ def page(sandboxes: list[Sandbox], query: dict[str, list[str]]) -> Reply:
     return Reply(200, [listed_json(s) for s in chosen[:limit]], headers)
 
 
+async def _reads_files(acts: Callable[[], Awaitable[bool]]) -> None:
+    """Refuse a caller who may not act on the namespace's sandboxes a restore or a fork.
+
+    Either hands its caller a copy of a sandbox's files, with the copy's token: as much as a
+    read of the sandbox's own token gives, which needs the same right.
+    """
+    if not await acts():
+        raise GatewayError(
+            403,
+            "a restore or a fork gives you a copy of a sandbox's files: it needs the right to "
+            "act on the namespace's sandboxes (update on workspacesandboxes), not only to "
+            "create them",
+        )
+
+
 def _limit(query: dict[str, list[str]]) -> int:
     text = _one(query, "limit")
     if text is None:
@@ -505,12 +520,19 @@ class Control:
         return [(verb, one(t), t.replace("{v2}", ""), action) for verb, t, action in table]
 
     async def create(
-        self, *, namespace: str, body: bytes, idempotency_key: str | None, **_: object
+        self,
+        *,
+        namespace: str,
+        body: bytes,
+        idempotency_key: str | None,
+        acts: Callable[[], Awaitable[bool]],
+        **_: object,
     ) -> Reply:
         key = idempotency.key_of(idempotency_key)
         request = replace(new_sandbox(_object(body)), idempotency_key=key)
         restore = Snapshot.of(request.template)
         if restore is not None:
+            await _reads_files(acts)
             request = await self._restoring(namespace, request, restore)
         elif request.template not in self.backend.templates():
             raise GatewayError(404, f"template {request.template!r} not found")
@@ -557,12 +579,21 @@ class Control:
         taken = await self.backend.snapshot(namespace, sandbox_id, name)
         return Reply(201, snapshot_json(taken))
 
-    async def fork(self, sandbox_id: str, *, namespace: str, body: bytes, **_: object) -> Reply:
+    async def fork(
+        self,
+        sandbox_id: str,
+        *,
+        namespace: str,
+        body: bytes,
+        acts: Callable[[], Awaitable[bool]],
+        **_: object,
+    ) -> Reply:
         """`fork`: `count` sandboxes from one filesystem snapshot of this one, taken now.
 
         The snapshot (`fork-...`) is kept, listed with the others; the forks have the source's
-        files, template and metadata, and none of its processes.
+        files, template, metadata, egress and preview privacy, and none of its processes.
         """
+        await _reads_files(acts)
         asked = _object(body)
         timeout = timeout_of(asked.get("timeout"))
         count = asked.get("count", 1)
@@ -581,6 +612,8 @@ class Control:
             timeout=timeout,
             metadata=dict(source.metadata),
             auto_pause=source.auto_pause,
+            network=source.network,
+            public_traffic=source.public_traffic,
             restore=taken,
         )
         made = await asyncio.gather(

@@ -15,6 +15,7 @@ expiration. A token in the header that doesn't match is refused even when the UR
 import base64
 import hashlib
 import hmac
+import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Literal
@@ -83,8 +84,9 @@ def authenticates(
 
 
 TRAFFIC = b"e2b-traffic-access-token"
-RUNS_CODE = "/execute"
-"""The one route of the code interpreter (port 49999) that runs code."""
+CONTEXTS = re.compile(r"/health|/contexts(/[0-9a-f]{1,64}(/restart)?)?")
+"""The code interpreter's routes (port 49999) that run no code: the ones the traffic token
+opens. Every other path, `/execute` first, takes the access token."""
 
 
 def traffic_token(token: str) -> str:
@@ -110,4 +112,5 @@ def opens_interpreter(
     """Whether a request to port 49999 carries what its path needs of this sandbox's tokens."""
     if access_token is not None:
         return _same(access_token, token)
-    return path != RUNS_CODE and traffic is not None and _same(traffic, traffic_token(token))
+    opens = CONTEXTS.fullmatch(path) is not None
+    return opens and traffic is not None and _same(traffic, traffic_token(token))

@@ -430,7 +430,13 @@ def sandbox_of(obj: Mapping[str, Any], settings: Settings, envd_version: str = "
         endpoint=agent_url(obj, settings.agent_port),
         namespace=metadata["namespace"],
         ports=preview_ports(obj, settings.agent_port),
+        network=_network(obj),
     )
+
+
+def _network(obj: Mapping[str, Any]) -> dict[str, Any] | None:
+    network = (obj.get("spec") or {}).get("network")
+    return dict(network) if isinstance(network, Mapping) else None
 
 
 def preview_ports(obj: Mapping[str, Any], agent_port: int) -> frozenset[int]:

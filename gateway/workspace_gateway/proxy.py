@@ -200,6 +200,9 @@ def origin_form(scope: Scope) -> bool:
     return raw.startswith(b"/")
 
 
+DOT_SEGMENTS = frozenset({b".", b".."})
+
+
 def upstream(endpoint: str, scope: Scope) -> httpx.URL:
     """The agent's URL for this request: `endpoint`'s scheme, host and port, whatever the path.
 
@@ -209,6 +212,10 @@ def upstream(endpoint: str, scope: Scope) -> httpx.URL:
     base = httpx.URL(endpoint)
     raw: bytes = scope.get("raw_path") or scope["path"].encode()
     query: bytes = scope.get("query_string", b"")
+    if DOT_SEGMENTS & set(raw.split(b"/")):
+        # httpx removes them (`/contexts/../execute` becomes `/execute`): what the gateway
+        # checked must be what the sandbox gets.
+        raise GatewayError(400, "the request's target has . or .. segments: send it resolved")
     try:
         url = base.copy_with(raw_path=raw + (b"?" + query if query else b""))
     except httpx.InvalidURL:

@@ -28,7 +28,16 @@ MAX_VIEW_BYTES = 32 * 1024
 MAX_CALLER_NOTES_BYTES = 24 * 1024
 MAX_CONDITION_MESSAGE = 2048  # refusal_of reads Crossplane's FATAL reason out of Synced's
 CONDITION_TYPES = ("Ready", "Synced")  # the first of each: a type appears once on an object
-SPEC_FIELDS = ("power", "lifetime", "image", "preset", "resources", "ports", "snapshots")
+SPEC_FIELDS = (
+    "power",
+    "lifetime",
+    "image",
+    "preset",
+    "resources",
+    "ports",
+    "snapshots",
+    "network",
+)
 METADATA_FIELDS = ("namespace", "name", "resourceVersion", "generation", "uid", "deletionTimestamp")
 STATUS_FIELDS = ("phase", "endpoint", "snapshots")
 CONDITION_FIELDS = ("type", "status", "observedGeneration", "message")

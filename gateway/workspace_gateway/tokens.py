@@ -54,7 +54,7 @@ VERBS: dict[str, tuple[str, ...]] = {
     "GET /sandboxes/{id}/metrics": ("get",),
     # A snapshot is a change to the sandbox's spec (spec.snapshots); a restore a create.
     "POST /sandboxes/{id}/snapshots": ("patch",),
-    "POST /sandboxes/{id}/fork": ("patch", "create"),
+    "POST /sandboxes/{id}/fork": ("get", "patch", "create"),
     "GET /snapshots": ("list",),
     "DELETE /templates/{alias}": ("patch",),
     # Which templates exist: for whoever may list sandboxes.

@@ -6,6 +6,8 @@ package that `scripts/js-sdk install` puts in the test cache beside the JS SDKs.
 """
 
 import base64
+import http.client
+import json
 import os
 import subprocess
 import time
@@ -210,6 +212,16 @@ def test_the_port_is_never_public(
         }
         assert httpx.post(url + "/execute", json=run, headers=stranger).status_code == 401
         assert httpx.get(url + "/contexts", headers=stranger).status_code == 401
+        # A path that names /execute once its dot segments are gone is no context's path, and
+        # is refused before anything is forwarded: sent as written (httpx would resolve it).
+        host, port = url.removeprefix("http://").split(":")
+        for path in ("/contexts/../execute", "/./execute", "/contexts/%2e%2e/execute"):
+            for headers in (traffic, {**route, "X-Access-Token": interpreter._envd_access_token}):
+                connection = http.client.HTTPConnection(host, int(port), timeout=30)
+                connection.request("POST", path, body=json.dumps(run), headers=headers)
+                status = connection.getresponse().status
+                connection.close()
+                assert status in {400, 401, 404}, (path, headers, status)
         assert not interpreter.files.exists("pwned")
         # A sandbox of another template has no interpreter: the SDK's 502, not a hang.
         assert httpx.get(

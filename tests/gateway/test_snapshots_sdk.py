@@ -145,3 +145,20 @@ def test_a_fork_is_sandboxes_from_one_filesystem_snapshot(source: Sandbox) -> No
         400,
         "count must be a whole number from 1 to 20",
     )
+
+
+def test_a_fork_of_a_private_sandbox_is_private(
+    gateway: Gateway,  # noqa: F811  # the fixture
+) -> None:
+    source = Sandbox.create(network={"allow_public_traffic": False})
+    try:
+        (fork,) = source.fork()
+        assert isinstance(fork, Sandbox), fork
+        try:
+            for sandbox in (source, fork):
+                route = {"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": "3000"}
+                assert httpx.get(f"{gateway.url}/", headers=route).status_code == 403
+        finally:
+            fork.kill()
+    finally:
+        source.kill()

@@ -191,6 +191,34 @@ async def test_a_read_only_role_reads_a_sandbox_without_its_access_token(
     assert plane.status_code == 401
 
 
+async def test_a_restore_or_a_fork_needs_the_right_to_act_not_only_to_create(
+    world: World,
+) -> None:
+    """A copy of a sandbox's files with the copy's token is as much as the source's token: a
+    role that may create and patch, but not update, gets neither."""
+    world.grant(SA_A, "team-a", *EVERY_VERB)
+    created = await world.call("POST", "/sandboxes", TOKEN_A, json={})
+    sandbox_id = created.json()["sandboxID"]
+    taken = await world.call("POST", f"/sandboxes/{sandbox_id}/snapshots", TOKEN_A, json={})
+    assert taken.status_code == 201, taken.text
+    world.grant("group:developers", "team-a", "get", "list", "create", "patch")
+    named = {"X-Sandbox-Namespace": "team-a"}
+    restore = {"templateID": taken.json()["snapshotID"]}
+    for method, path, body in (
+        ("POST", "/sandboxes", restore),
+        ("POST", f"/sandboxes/{sandbox_id}/fork", {}),
+    ):
+        answer = await world.call(method, path, TOKEN_ALICE, named, json=body)
+        assert answer.status_code == 403, (path, answer.text)
+        assert "needs the right to act on the namespace's sandboxes" in answer.json()["message"]
+    made = [k[2] for k in world.cluster.objects if k[:2] == (PLURAL, "team-a")]
+    assert made == [sandbox_id]
+    # Whoever may act gets the copy.
+    world.grant(SA_A, "team-a", "update")
+    restored = await world.call("POST", "/sandboxes", TOKEN_A, json=restore)
+    assert restored.status_code == 201, restored.text
+
+
 async def test_a_token_without_create_gets_403_and_nothing_is_written(world: World) -> None:
     world.grant(SA_A, "team-a", "get", "list")
     answer = await world.call("POST", "/sandboxes", TOKEN_A, json={})

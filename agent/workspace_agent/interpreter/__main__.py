@@ -77,6 +77,7 @@ class Server(uvicorn.Server):
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         self.warm.cancel()
+        await asyncio.gather(self.warm, return_exceptions=True)
         await self.contexts.close()
         await super().shutdown(sockets)
 

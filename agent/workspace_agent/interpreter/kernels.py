@@ -269,10 +269,17 @@ class Contexts:
             await manager.start_kernel(cwd=str(cwd), env=dict(env))
             client = await _ready_client(manager)
         except (NoSuchKernel, OSError, RuntimeError, TimeoutError) as e:
-            with contextlib.suppress(Exception):
-                await manager.shutdown_kernel(now=True)
+            await _abandon(manager)
             raise Refused(503, f"the {language.name} kernel did not start: {e}") from None
+        except BaseException:  # cancelled (the interpreter is stopping): no kernel left behind
+            await _abandon(manager)
+            raise
         return Context(context_id, language, cwd, manager, client)
+
+
+async def _abandon(manager: AsyncKernelManager) -> None:
+    with contextlib.suppress(Exception):
+        await manager.shutdown_kernel(now=True)
 
 
 async def _ready_client(manager: AsyncKernelManager) -> Any:
