@@ -330,6 +330,22 @@ async def _preview(
         return
     sandbox, base = got
     entry.namespace = sandbox.namespace
+    await _to_port(http, target, sandbox, base, scope=scope, receive=receive, send=send,
+                   streams=streams)  # fmt: skip
+
+
+async def _to_port(  # the ASGI call's parts, and where it goes
+    http: httpx.AsyncClient,
+    target: Target,
+    sandbox: Sandbox,
+    base: str,
+    *,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    streams: proxy.Streams,
+) -> None:
+    """Forward to one of the sandbox's own ports at `base`, with none of the tokens."""
     await proxy.forward(
         http,
         sandbox_id=target.sandbox_id,
@@ -391,19 +407,8 @@ async def _interpreter(
     if base is None:
         await respond_json(send, 502, previews.not_open(target.sandbox_id, target.port))
         return
-    await proxy.forward(
-        http,
-        sandbox_id=target.sandbox_id,
-        endpoint=base,
-        scope=scope,
-        receive=receive,
-        send=send,
-        reinit=None,
-        streams=streams,
-        tenant=sandbox.namespace,
-        headers=previews.headers(list(scope["headers"])),
-        unreachable=previews.not_open(target.sandbox_id, target.port),
-    )
+    await _to_port(http, target, sandbox, base, scope=scope, receive=receive, send=send,
+                   streams=streams)  # fmt: skip
 
 
 async def _websocket(  # noqa: PLR0917  # the ASGI call's parts
