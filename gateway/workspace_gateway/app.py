@@ -334,7 +334,7 @@ async def _preview(
                    streams=streams)  # fmt: skip
 
 
-async def _to_port(  # the ASGI call's parts, and where it goes
+async def _to_port(
     http: httpx.AsyncClient,
     target: Target,
     sandbox: Sandbox,

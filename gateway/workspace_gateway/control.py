@@ -26,6 +26,8 @@ from workspace_gateway.errors import GatewayError
 DEFAULT_TIMEOUT = 300
 MAX_TIMEOUT = 24 * 3600  # E2B's cap for its Pro tier
 MAX_FORKS = 20  # the SDK's own bound
+PAUSE_MODE = "pause-mode"
+"""The header a pause answers with: what it kept, always `filesystem` here."""
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 100
 CLIENT_ID = "workspace-sandbox-gateway"
@@ -593,13 +595,13 @@ class Control:
         The snapshot (`fork-...`) is kept, listed with the others; the forks have the source's
         files, template, metadata, egress and preview privacy, and none of its processes.
         """
-        await _reads_files(acts)
         asked = _object(body)
         timeout = timeout_of(asked.get("timeout"))
         count = asked.get("count", 1)
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_FORKS:
             raise GatewayError(400, f"count must be a whole number from 1 to {MAX_FORKS}")
         source = await self.backend.get(namespace, sandbox_id)
+        await _reads_files(acts)
         taken = await self.backend.snapshot(namespace, sandbox_id, "fork-" + secrets.token_hex(4))
         if not taken.ready:
             raise GatewayError(
@@ -703,14 +705,16 @@ class Control:
         return Reply(204)
 
     async def pause(self, sandbox_id: str, *, namespace: str, body: bytes, **_: object) -> Reply:
-        """A filesystem pause; one that asks in so many words to keep memory is refused."""
+        """A filesystem pause, whatever `memory` says.
+
+        SDKs before 2.63 send `memory: true` on every pause, so it cannot be refused. The answer
+        says what was kept (`Pause-Mode: filesystem`), as the sandbox's `pauseMode` does.
+        """
         memory = _object(body).get("memory")
-        if memory is True:
-            raise GatewayError(501, not_offered.PAUSE_MEMORY)
-        if memory not in {None, False}:
+        if memory is not None and not isinstance(memory, bool):
             raise GatewayError(400, "memory must be true or false")
         await self.backend.suspend(namespace, sandbox_id)
-        return Reply(204)
+        return Reply(204, headers=((PAUSE_MODE, "filesystem"),))
 
     async def template_alias(self, name: str, **_: object) -> Reply:
         """`Template.exists`: the templates of this gateway's mapping, the same for everyone."""

@@ -14,11 +14,6 @@ MEMORY = (
     "files (its workspace disk), and a sandbox made from it starts with none of the source's "
     "processes; ask for mode='filesystem', or leave the mode out"
 )
-PAUSE_MEMORY = (
-    "pausing with memory is not offered by this gateway: a pause here keeps the sandbox's "
-    "files (its workspace disk) and ends its processes; pause with mode='filesystem', or "
-    "leave the mode out"
-)
 TEMPLATES = (
     "building, changing or deleting templates is not offered by this gateway: its templates "
     "are the platform's. To add one, the platform builds the image (images/sandbox/Dockerfile "

@@ -89,8 +89,6 @@ def test_what_is_not_a_filesystem_snapshot_is_refused_by_name(source: Sandbox) -
     source.create_snapshot(name="twice", mode="filesystem")
     with pytest.raises(SandboxException, match="has a snapshot 'twice' already"):
         source.create_snapshot(name="twice")
-    with pytest.raises(SandboxException, match="pausing with memory is not offered"):
-        source.pause(mode="full")
     assert source.is_running()
 
 
@@ -162,3 +160,22 @@ def test_a_fork_of_a_private_sandbox_is_private(
             fork.kill()
     finally:
         source.kill()
+
+
+def test_a_pause_says_it_kept_the_files_whatever_was_asked(
+    gateway: Gateway,  # noqa: F811  # the fixture
+    source: Sandbox,
+) -> None:
+    """SDKs before 2.63 send `memory: true` on every pause: it is taken, and the answer and
+    the sandbox both say what was kept."""
+    answer = httpx.post(
+        f"{gateway.url}/sandboxes/{source.sandbox_id}/pause",
+        json={"memory": True},
+        headers={"X-API-Key": gateway.key},
+    )
+    assert (answer.status_code, answer.headers["pause-mode"]) == (204, "filesystem")
+    detail = httpx.get(
+        f"{gateway.url}/sandboxes/{source.sandbox_id}", headers={"X-API-Key": gateway.key}
+    )
+    assert detail.json()["pauseMode"] == "filesystem"
+    assert source.pause(mode="full") is False  # already paused: the SDK's 409

@@ -290,6 +290,13 @@ ROUTES = [
     ("POST", "/sandboxes/{id}/pause", ["patch"]),
     ("GET", "/sandboxes/{id}/metrics", ["get"]),
     ("GET", "/templates/aliases/base", ["list"]),
+    ("POST", "/sandboxes/{id}/snapshots", ["patch"]),
+    ("POST", "/sandboxes/{id}/fork", ["get", "patch", "create"]),
+    ("GET", "/snapshots", ["list"]),
+    ("DELETE", f"/templates/snapshot-{'z' * 20}-one", ["patch"]),
+    ("GET", "/templates", ["list"]),
+    ("GET", "/templates/base", ["list"]),
+    ("GET", "/templates/base/tags", ["list"]),
 ]
 
 
