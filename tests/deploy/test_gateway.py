@@ -262,6 +262,10 @@ def test_the_shipped_templates_load(tmp_path: Path) -> None:
         assert template.image in PLATFORM.images
         assert template.preset is None or template.preset in PLATFORM.presets
     assert shipped["isolated"].preset == "isolated-kata"
+    # The code interpreter runs in the reference pod image, never on a VM's agent disk.
+    interpreter = shipped["code-interpreter-v1"]
+    assert interpreter.interpreter
+    assert PLATFORM.presets[interpreter.preset or ""].runtime in {"gvisor", "kata"}
     assert PLATFORM.presets["isolated-kata"].placement == "SandboxNamespace"
 
 
