@@ -5,8 +5,9 @@
 itself (name, size, owner, time) with the type and permission bits of what it points at and
 `is_symlink` set; a link whose target can't be reached (missing, a loop, or not visible to the
 user) has type `FILE_TYPE_SYMLINK` rather than envd's unspecified type, which the SDK would drop
-from listings and so hide a name that exists. Run on a thread acting as the caller's user, so
-what a link's target looks like is what that user may see.
+from listings and so hide a name that exists. `metadata` is the entry's own (`metadata.read`),
+never its target's. Run on a thread acting as the caller's user, so what a link's target looks
+like is what that user may see.
 """
 
 import grp
@@ -16,7 +17,7 @@ import stat
 
 from protobuf.wkt.google.protobuf.timestamp_pb import Timestamp
 
-from workspace_agent import paths
+from workspace_agent import metadata, paths
 from workspace_agent._proto.filesystem.filesystem_pb import EntryInfo, FileType
 
 # Go's os.FileMode type bits, highest first, with the letter FileMode.String() gives each.
@@ -101,6 +102,7 @@ def entry(path: str, names: Names | None = None) -> EntryInfo:
         modified_time=Timestamp(
             seconds=st.st_mtime_ns // 1_000_000_000, nanos=st.st_mtime_ns % 1_000_000_000
         ),
+        metadata=metadata.read(path),
     )
     if stat.S_ISLNK(st.st_mode):
         info.is_symlink = True

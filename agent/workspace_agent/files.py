@@ -7,7 +7,10 @@ An upload goes to a new temporary file beside the destination, created as the us
 renamed over the destination only once every byte arrived. A failed or abandoned upload leaves
 nothing behind, and a link planted at the destination name is replaced, not written through.
 The directory is held open from creating the temporary file to renaming it, so both happen in
-the same place. An existing file's permission bits carry over to its replacement.
+the same place. An existing file's permission bits carry over to its replacement; its metadata
+doesn't: the request's `X-Metadata-*` headers (`metadata`) are set on the temporary file as soon
+as it exists, before a byte of the body is written, so a file system that can't keep them fails
+the upload at once, and the file appears under its name with its metadata already on it.
 
 Errors found while a body is still arriving are answered after the rest of it has been read
 and discarded, so that the SDK, still sending, reads the answer rather than a broken pipe.
@@ -27,7 +30,7 @@ from typing import TYPE_CHECKING, TypeVar
 from connectrpc.code import Code
 from python_multipart.multipart import MultipartParser, MultipartState, parse_options_header
 
-from workspace_agent import auth, paths
+from workspace_agent import auth, metadata, paths
 from workspace_agent.encoding import GzipDecoder, GzipEncoder, accepts_gzip
 from workspace_agent.errors import AgentError
 from workspace_agent.filesystem import ensure_parent
@@ -44,6 +47,7 @@ from workspace_agent.http import (
     respond_json,
 )
 from workspace_agent.identity import Identity
+from workspace_agent.metadata import Metadata
 from workspace_agent.state import Agent
 from workspace_agent.users import User
 
@@ -56,6 +60,8 @@ READ_CHUNK = 256 << 10
 WRITE_BATCH = 1 << 20
 """Upload bytes gathered before one write on a worker thread."""
 MAX_PART_HEADER = 16 << 10  # a part's Content-Disposition carries a whole path
+Written = dict[str, str | dict[str, str]]
+"""One file of an upload's answer: path, name, type, and its metadata if it has some."""
 
 
 @dataclass
@@ -67,6 +73,8 @@ class _Call:
     scope: Scope
     params: dict[str, str]
     user: User
+    metadata: Metadata = field(default_factory=dict)
+    """The request's, set on every file it uploads."""
 
     def path(self, given: str | None) -> str:
         if given is None:
@@ -302,8 +310,11 @@ class _Temporary:
     fd: int
 
 
-def _create_beside(path: str) -> _Temporary:
-    """As the user: the parent directories, then an exclusive new file in the last of them."""
+def _create_beside(path: str, labels: Metadata) -> _Temporary:
+    """As the user: the parent directories, then an exclusive new file in the last of them.
+
+    The new file gets the old one's permission bits and `labels` as its metadata.
+    """
     parent, final = os.path.split(path)
     if not final:
         raise AgentError(Code.INVALID_ARGUMENT, f"path '{path}' is a directory")
@@ -317,15 +328,24 @@ def _create_beside(path: str) -> _Temporary:
         name = paths.upload_name(final)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
         fd = os.open(name, flags, 0o666, dir_fd=directory)
-        if keep is not None:
-            os.fchmod(fd, keep)
     except OSError as e:
         os.close(directory)
         raise paths.failure(e, path) from None
     except AgentError:
         os.close(directory)
         raise
-    return _Temporary(directory, name, final, fd)
+    temporary = _Temporary(directory, name, final, fd)
+    try:
+        metadata.store(fd, labels, path)  # first: the old bits may not let the user write
+        if keep is not None:
+            os.fchmod(fd, keep)
+    except OSError as e:
+        _abandon(temporary)
+        raise paths.failure(e, path) from None
+    except BaseException:
+        _abandon(temporary)
+        raise
+    return temporary
 
 
 def _existing_mode(directory: int, final: str, path: str) -> int | None:
@@ -364,6 +384,13 @@ def _discard(temporary: _Temporary) -> None:
         os.unlink(temporary.name, dir_fd=temporary.directory)
 
 
+def _abandon(temporary: _Temporary) -> None:
+    """As the user, before `_create_beside` returns: the temporary file gone, all closed."""
+    os.close(temporary.fd)
+    _discard(temporary)
+    os.close(temporary.directory)
+
+
 @dataclass
 class _Destination:
     """One file being uploaded: written in batches, renamed into place or discarded."""
@@ -374,9 +401,10 @@ class _Destination:
     pending: bytearray = field(default_factory=bytearray)
 
     async def open(self) -> None:
-        self.temporary = await self.call.as_user(lambda: _create_beside(self.path))
+        labels = self.call.metadata
+        self.temporary = await self.call.as_user(lambda: _create_beside(self.path, labels))
 
-    async def fill(self, chunks: AsyncIterator[bytes]) -> dict[str, str]:
+    async def fill(self, chunks: AsyncIterator[bytes]) -> Written:
         """The whole of `chunks` as this file, or nothing at all."""
         await self.open()
         try:
@@ -397,7 +425,7 @@ class _Destination:
         data, self.pending = bytes(self.pending), bytearray()
         await asyncio.to_thread(_write_all, self.temporary.fd, data, self.path)
 
-    async def commit(self) -> dict[str, str]:
+    async def commit(self) -> Written:
         assert self.temporary is not None  # noqa: S101  # opened before the first write
         await self._flush()
         temporary = self.temporary
@@ -414,7 +442,10 @@ class _Destination:
             raise
         os.close(temporary.directory)
         self.temporary = None
-        return {"path": self.path, "name": os.path.basename(self.path), "type": "file"}
+        written: Written = {"path": self.path, "name": os.path.basename(self.path), "type": "file"}
+        if self.call.metadata:  # as envd: only when there is some
+            written["metadata"] = dict(self.call.metadata)
+        return written
 
     async def abort(self) -> None:
         temporary, self.temporary = self.temporary, None
@@ -432,6 +463,7 @@ async def _upload(call: _Call, receive: Receive, send: Send) -> None:
     kind, options = parse_options_header(header(call.scope, "content-type") or "")
     body = _Body(receive, _decoder(call.scope))
     try:
+        call.metadata = metadata.from_headers(call.scope["headers"])
         if kind == b"application/octet-stream":
             destination = _Destination(call, call.path(call.params.get("path")))
             written = [await destination.fill(body.chunks())]
@@ -509,7 +541,7 @@ def _part_target(disposition: bytes) -> tuple[str, str | None]:
         raise AgentError(Code.INVALID_ARGUMENT, "a part's file name is not UTF-8") from None
 
 
-async def _write_parts(call: _Call, boundary: bytes, body: _Body) -> list[dict[str, str]]:
+async def _write_parts(call: _Call, boundary: bytes, body: _Body) -> list[Written]:
     """Each part named `file` to the path its file name gives (or `?path=`), in order."""
     part = _Part()
     try:
@@ -542,7 +574,7 @@ class _Files:
     """The files of a multipart body: those written, and the one being written."""
 
     call: _Call
-    written: list[dict[str, str]] = field(default_factory=list)
+    written: list[Written] = field(default_factory=list)
     paths: set[str] = field(default_factory=set)
     """The paths in `written`, for the duplicate check of each next part."""
     current: "_Destination | None" = None
@@ -555,9 +587,8 @@ class _Files:
                 await self.current.write(data)
             elif kind == "end" and self.current is not None:
                 current, self.current = self.current, None
-                entry = await current.commit()
-                self.written.append(entry)
-                self.paths.add(entry["path"])
+                self.written.append(await current.commit())
+                self.paths.add(current.path)
 
     async def abort(self) -> None:
         if self.current is not None:

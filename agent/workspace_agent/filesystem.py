@@ -272,6 +272,7 @@ class FilesystemService(Filesystem):
             self._path(request.path, user),
             recursive=request.recursive,
             include_entry=request.include_entry,
+            allow_network_mounts=request.allow_network_mounts,
         )
 
 

@@ -12,9 +12,17 @@ sent as an event of its own. `/files` writes to a temporary name and renames it 
 watcher sees neither, but the created, mode-changed and written events envd's writing in place
 gives, so that code waiting for a file to be written works unchanged.
 
+With `include_entry`, an event that created, wrote or changed the mode of an entry carries
+its `EntryInfo` (metadata included), looked up as the user when the event is read; one that
+removed or renamed it away carries none, as with envd: the entry is gone from that path, and
+what is there now may be another one. Neither does an event whose entry has gone since.
+
+A directory on a network file system (`mounts`) is refused unless `allow_network_mounts` is
+set, as envd refuses it: inotify sees only this kernel's changes, not the server's or another
+client's. Only the watched directory is checked, as envd checks it.
+
 The streaming form sends keepalives; the polled form (the sync SDK's) keeps at most
-`MAX_UNREAD` events and fails when more go unread. `allow_network_mounts` is accepted and
-changes nothing: mounts aren't told apart, and inotify sees only local changes.
+`MAX_UNREAD` events and fails when more go unread.
 """
 
 import asyncio
@@ -31,7 +39,7 @@ from connectrpc.code import Code
 from inotify_simple import INotify, flags
 from protobuf import Oneof
 
-from workspace_agent import paths
+from workspace_agent import mounts, paths
 from workspace_agent._proto.filesystem.filesystem_pb import (
     EntryInfo,
     EventType,
@@ -63,6 +71,8 @@ KINDS = (
 )
 UPLOADED = [EventType.CREATE, EventType.CHMOD, EventType.WRITE]
 """An upload renamed into place, as envd's writing in place (create, chown, write) looks."""
+WITH_ENTRY = frozenset({EventType.CREATE, EventType.WRITE, EventType.CHMOD})
+"""The kinds of event whose entry is still at its path, and so is sent with `include_entry`."""
 MAX_UNREAD = 10_000
 MAX_POLLED = 64  # each holds an inotify instance; root has 128 by default
 
@@ -71,13 +81,21 @@ class Watch:
     """One inotify instance over one directory tree, for one user."""
 
     def __init__(
-        self, identity: Identity, user: User, root: str, *, recursive: bool, include_entry: bool
+        self,
+        identity: Identity,
+        user: User,
+        root: str,
+        *,
+        recursive: bool,
+        include_entry: bool,
+        allow_network_mounts: bool,
     ) -> None:
         self.identity = identity
         self.user = user
         self.root = root
         self.recursive = recursive
         self.include_entry = include_entry
+        self.allow_network_mounts = allow_network_mounts
         self._inotify = INotify(nonblocking=True)
         self._dirs: dict[int, str] = {}
         self._ready = asyncio.Event()
@@ -99,12 +117,26 @@ class Watch:
             raise paths.failure(e, self.root) from None
         if not stat.S_ISDIR(st.st_mode):
             raise AgentError(Code.INVALID_ARGUMENT, f"{self.root}: path is not a directory")
+        if not self.allow_network_mounts:
+            self._refuse_network_mount(st.st_dev)
         try:
             self._dirs[self._inotify.add_watch(self.root, MASK | flags.ONLYDIR)] = self.root
         except OSError as e:
             raise paths.failure(e, self.root) from None
         if self.recursive:
             self._watch_below(self.root)
+
+    def _refuse_network_mount(self, device: int) -> None:
+        try:
+            kind = mounts.network_filesystem(self.root, device)
+        except OSError as e:
+            raise paths.failure(e, self.root) from None
+        if kind is not None:
+            raise AgentError(
+                Code.INVALID_ARGUMENT,
+                f"cannot watch path on network filesystem: {self.root} ({kind}); "
+                "allow_network_mounts=True watches it, but changes made elsewhere are not seen",
+            )
 
     def _watch_below(self, top: str) -> None:
         """Watch every directory under `top` the user can read; never through a link."""
@@ -152,11 +184,12 @@ class Watch:
             path, kinds = found
             if self.recursive and mask & flags.ISDIR and mask & (flags.CREATE | flags.MOVED_TO):
                 await self.identity.run(self.user, partial(self._watch_new, path))
-            info = await self._entry(path) if self.include_entry else None
+            wanted = self.include_entry and not WITH_ENTRY.isdisjoint(kinds)
+            info = await self._entry(path) if wanted else None
             relative = paths.text(posixpath.relpath(path, self.root))  # lexical: no I/O
             for kind in kinds:
                 event = FilesystemEvent(name=relative, type=kind)
-                if info is not None:
+                if info is not None and kind in WITH_ENTRY:
                     event.entry = info
                 out.append(event)
         return out

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import httpx
+from workspace_agent import ENVD_VERSION
 
 from tests.agent.sdk.conftest import (
     AGENT,
@@ -21,7 +22,7 @@ from tests.agent.sdk.conftest import (
 def test_health_answers_204_with_the_envd_version(agent: Running) -> None:
     r = agent.get("/health")
     assert r.status_code == 204
-    assert r.headers["x-envd-version"] == "0.5.7"
+    assert r.headers["x-envd-version"] == ENVD_VERSION == "0.6.4"
 
 
 def test_a_missing_root_is_one_line() -> None:

@@ -119,6 +119,45 @@ def test_writing_at_a_planted_name_replaces_the_link(agent: Running, roots: Root
         unchanged(roots)
 
 
+def test_metadata_goes_on_the_new_file_never_through_a_planted_link(
+    agent: Running, roots: Roots
+) -> None:
+    labels = {"x-metadata-k": "nobody's label"}
+    for target, octet in ((roots.secret, False), (roots.shared / "inside.txt", True)):
+        link = plant(agent, "labelled.txt", target)
+        if octet:
+            octet_stream = {"content-type": "application/octet-stream", **labels}
+            r = agent.post(
+                "/files", params={"path": "labelled.txt"}, content=b"x", headers=octet_stream
+            )
+        else:
+            r = agent.post(
+                "/files",
+                params={"path": "labelled.txt"},
+                files={"file": ("x", b"x")},
+                headers=labels,
+            )
+        assert r.status_code == 200, r.text
+        assert not link.is_symlink()
+        assert os.getxattr(link, "user.e2b.k") == b"nobody's label"
+        assert link.stat().st_uid == NOBODY.pw_uid
+        assert os.listxattr(target) == []
+        link.unlink()
+    unchanged(roots)
+
+
+def test_a_link_shows_none_of_its_targets_metadata(agent: Running, roots: Roots) -> None:
+    inside = roots.shared / "inside.txt"  # nobody may read it, and so its attributes too
+    os.setxattr(inside, "user.e2b.owner", b"root")
+    plant(agent, "to-inside", inside)
+    link = rpc(agent, "Stat", {"path": "to-inside"}).json()["entry"]
+    assert (link["isSymlink"], link.get("metadata")) == (True, None)
+    listed = rpc(agent, "ListDir", {"path": "."}).json()["entries"]
+    assert [(e["name"], e.get("metadata")) for e in listed] == [("to-inside", None)]
+    direct = rpc(agent, "Stat", {"path": str(inside)}).json()["entry"]
+    assert direct["metadata"] == {"owner": "root"}
+
+
 def test_writing_into_a_linked_root_directory_is_refused(agent: Running, roots: Roots) -> None:
     plant(agent, "shared", roots.shared)
     plant(agent, "private", roots.private)

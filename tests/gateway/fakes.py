@@ -23,7 +23,7 @@ def sandbox(n: int, **changes: object) -> Sandbox:
         cpu_count=2,
         memory_mb=1024,
         disk_size_mb=2048,
-        envd_version="0.5.7",
+        envd_version="0.6.4",
         access_token=TOKEN,
         auto_pause=False,
         endpoint="http://127.0.0.1:1",

@@ -309,7 +309,7 @@ async def test_create_answers_201_with_the_sandbox_s_domain(client: httpx.AsyncC
         "templateID": "base",
         "sandboxID": "sbx00000000000000001",
         "clientID": "workspace-sandbox-gateway",
-        "envdVersion": "0.5.7",
+        "envdVersion": "0.6.4",
         "envdAccessToken": TOKEN,
         "trafficAccessToken": hmac.new(
             TOKEN.encode(), b"e2b-traffic-access-token", hashlib.sha256

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from e2b import FilesystemEvent, FilesystemEventType, Sandbox
+from e2b import FilesystemEvent, FilesystemEventType, FileType, Sandbox
 from e2b.exceptions import NotFoundException, SandboxException
 
 from tests.agent.sdk.conftest import NOBODY, STREAM, Running, async_sandbox, envelope, envelopes
@@ -62,6 +62,51 @@ def test_renames_and_removals(sandbox: Sandbox, agent: Running) -> None:
         ("write", "by-hand.txt"),
         ("chmod", "by-hand.txt"),
     ]
+    handle.stop()
+
+
+def described(events: list[FilesystemEvent]) -> list[tuple[str, str, object]]:
+    """Each event with what its entry says: type, name, size and metadata, or None."""
+    return [
+        (
+            e.type.value,
+            e.name,
+            e.entry and (e.entry.type, e.entry.name, e.entry.size, e.entry.metadata),
+        )
+        for e in events
+    ]
+
+
+def test_events_carry_their_entry_when_asked_but_not_a_removal(
+    sandbox: Sandbox, agent: Running
+) -> None:
+    sandbox.files.make_dir("watched")
+    handle = sandbox.files.watch_dir("watched", include_entry=True)
+    sandbox.files.write("watched/new.txt", "five!", metadata={"k": "v"})
+    written = (FileType.FILE, "new.txt", 5, {"k": "v"})
+    assert described(handle.get_new_events()) == [
+        ("create", "new.txt", written),
+        ("chmod", "new.txt", written),
+        ("write", "new.txt", written),
+    ]
+    sandbox.files.make_dir("watched/sub")
+    sub = agent.root / "watched" / "sub"
+    sandbox.files.rename("watched/new.txt", "watched/renamed.txt")
+    assert described(handle.get_new_events()) == [
+        ("create", "sub", (FileType.DIR, "sub", sub.stat().st_size, None)),
+        ("rename", "new.txt", None),
+        ("create", "renamed.txt", (FileType.FILE, "renamed.txt", 5, {"k": "v"})),
+    ]
+    sandbox.files.remove("watched/renamed.txt")
+    assert described(handle.get_new_events()) == [("remove", "renamed.txt", None)]
+    handle.stop()
+
+
+def test_without_include_entry_events_carry_none(sandbox: Sandbox) -> None:
+    sandbox.files.make_dir("watched")
+    handle = sandbox.files.watch_dir("watched")
+    sandbox.files.write("watched/new.txt", "x")
+    assert [e.entry for e in handle.get_new_events()] == [None, None, None]
     handle.stop()
 
 

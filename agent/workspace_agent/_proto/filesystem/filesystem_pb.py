@@ -289,6 +289,8 @@ class EntryInfo(Message[_EntryInfoFields]):
             optional string symlink_target = 10;
             ```
         metadata:
+            The entry's `user.e2b.<key>` extended attributes, by key (files.write's metadata).
+
             ```proto
             map<string, string> metadata = 11;
             ```
@@ -413,10 +415,14 @@ class WatchDirRequest(Message[_WatchDirRequestFields]):
             bool recursive = 2;
             ```
         include_entry:
+            Each event that created, wrote or changed the mode of an entry carries its EntryInfo.
+
             ```proto
             bool include_entry = 3;
             ```
         allow_network_mounts:
+            Watch a directory on a network file system (NFS, CIFS, SMB, FUSE), refused without it.
+
             ```proto
             bool allow_network_mounts = 4;
             ```
@@ -459,6 +465,8 @@ class FilesystemEvent(Message[_FilesystemEventFields]):
             filesystem.EventType type = 2;
             ```
         entry:
+            Only with include_entry, and never for a removal or a rename away.
+
             ```proto
             optional filesystem.EntryInfo entry = 3;
             ```
@@ -563,10 +571,14 @@ class CreateWatcherRequest(Message[_CreateWatcherRequestFields]):
             bool recursive = 2;
             ```
         include_entry:
+            As in WatchDirRequest.
+
             ```proto
             bool include_entry = 3;
             ```
         allow_network_mounts:
+            As in WatchDirRequest.
+
             ```proto
             bool allow_network_mounts = 4;
             ```
