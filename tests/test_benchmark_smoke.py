@@ -41,6 +41,12 @@ SMOKE = {
         "| HTTP GET of 2 KiB: p50 |",
         "| WebSocket round trip of 64 bytes: p50 |",
     ),
+    "bench.interpreter_benchmark": (
+        "smoke run: every run answered 2",
+        "| Python `1 + 1`: p50 |",
+        "| JavaScript `1 + 1` (Deno): p50 |",
+        "| the SDK's `run_code('1 + 1')`: p50 |",
+    ),
     "bench.pool_benchmark": (
         "smoke run: every hit, miss and connect answered its first command",
         "| hit, running |",

@@ -97,7 +97,9 @@ DENO_RESTORE = (
 )
 
 PYTHON = Language("python", "python3", _python_set, PYTHON_RESTORE)
-DENO_SETTLE_SECONDS = 0.25
+DENO_SETTLE_SECONDS = 0.05
+"""Outputs were seen trailing Deno's `idle` by at most 1.5 ms (9 of 60 runs, on two loaded
+cores): this is 30 times that."""
 JAVASCRIPT = Language("javascript", "deno", _deno_set, DENO_RESTORE, DENO_SETTLE_SECONDS)
 TYPESCRIPT = Language("typescript", "deno", _deno_set, DENO_RESTORE, DENO_SETTLE_SECONDS)
 LANGUAGES = {
