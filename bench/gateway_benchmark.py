@@ -65,8 +65,8 @@ def _start() -> tuple[subprocess.Popen[bytes], str]:
     sys.exit("the gateway did not answer")
 
 
-def _agent_url(sandbox_id: str) -> str:
-    """The address the gateway gave this sandbox's agent, from the agent's command line."""
+def agent_option(sandbox_id: str, option: str) -> str:
+    """What the gateway gave this sandbox's agent as `option`, from the agent's command line."""
     for proc in Path("/proc").iterdir():
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
@@ -74,9 +74,14 @@ def _agent_url(sandbox_id: str) -> str:
             continue
         words = [a.decode(errors="replace") for a in argv]
         roots = [w for i, w in enumerate(words[1:]) if words[i] == "--root"]
-        if roots and f"sandbox-{sandbox_id}-" in roots[0] and "--address" in words:
-            return "http://" + words[words.index("--address") + 1]
-    sys.exit(f"no agent process for sandbox {sandbox_id}")
+        if roots and f"sandbox-{sandbox_id}-" in roots[0] and option in words:
+            return words[words.index(option) + 1]
+    sys.exit(f"no agent process for sandbox {sandbox_id} with {option}")
+
+
+def _agent_url(sandbox_id: str) -> str:
+    """The address the gateway gave this sandbox's agent."""
+    return "http://" + agent_option(sandbox_id, "--address")
 
 
 def _ms(times: list[float], q: int) -> float:

@@ -25,21 +25,14 @@ from pathlib import Path
 import httpx
 from e2b_code_interpreter import Sandbox
 
-from bench.gateway_benchmark import KEY, _ms, _pairs, _start
+from bench.gateway_benchmark import KEY, _ms, _pairs, _start, agent_option
 
 GOALS = {"python ratio": 1.3}
 
 
 def _interpreter_port(sandbox_id: str) -> int:
-    """The loopback port the gateway gave this sandbox's interpreter, from its agent's command."""
-    for proc in Path("/proc").iterdir():
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"--interpreter" in argv and any(sandbox_id.encode() in a for a in argv):
-            return int(argv[argv.index(b"--interpreter") + 1].rsplit(b":", 1)[1])
-    sys.exit("no agent of the sandbox names an interpreter port")
+    """The loopback port the gateway gave this sandbox's interpreter."""
+    return int(agent_option(sandbox_id, "--interpreter").rsplit(":", 1)[1])
 
 
 def _deno() -> str | None:
