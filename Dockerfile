@@ -8,7 +8,7 @@ RUN apt-get update \
  && apt-get install --no-install-recommends --yes python3-venv \
  && rm -rf /var/lib/apt/lists/*
 # Debian 13's python3 is 3.13, the one distroless python3-debian13 runs. A base image with
-# another Python stops the build here. tests/test_python_versions.py reads this line and checks
+# another Python stops the build here. tests/edge/test_python_versions.py reads this line and checks
 # that the version is one it compares output on; CI must have it.
 RUN python3 -c 'import sys; assert sys.version_info[:2] == (3, 13), sys.version'
 # The same path in both stages: a venv's scripts hard-code their interpreter's location.

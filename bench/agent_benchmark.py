@@ -25,7 +25,6 @@ import platform
 import pwd
 import secrets
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -36,14 +35,10 @@ from pathlib import Path
 import httpx
 from e2b import ConnectionConfig, Sandbox
 
+from tests.ports import free_port
+
 MIB = 1024 * 1024
 GOALS = {"command ratio": 3.0, "write MiB/s": 100.0, "read MiB/s": 100.0}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 USER = pwd.getpwnam("nobody") if os.geteuid() == 0 else pwd.getpwuid(os.geteuid())
@@ -56,7 +51,7 @@ TOKEN = secrets.token_hex(32)
 
 
 def _start(root: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
+    port = free_port()
     agent = Path(sys.executable).with_name("workspace-sandbox-agent")
     cmd = [
         str(agent),

@@ -7,7 +7,6 @@ deterministic, so any difference is a bug (or a leak of state between calls).
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
 from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1beta1
 
 from function.fn import FunctionRunner
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSITION = ROOT / "function" / "compositions" / "workspacesandbox.yaml"
@@ -148,12 +148,6 @@ def cases() -> list[Case]:
         fatal = any(r.severity == fnv1.SEVERITY_FATAL for r in rsp.results)
         out.append(Case(case, raw, rsp.SerializeToString(deterministic=True), fatal))
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

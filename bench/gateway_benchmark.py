@@ -23,7 +23,6 @@ import hashlib
 import os
 import platform
 import secrets
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,19 +36,15 @@ from pathlib import Path
 import httpx
 from e2b import Sandbox
 
+from tests.ports import free_port
+
 MIB = 1024 * 1024
 GOALS = {"command ratio": 1.3, "file share": 0.8}
 KEY = "e2b_" + secrets.token_hex(20)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _start() -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
+    port = free_port()
     gateway = Path(sys.executable).with_name("workspace-sandbox-gateway")
     address = f"127.0.0.1:{port}"
     cmd = [str(gateway), "--local", "--address", address, "--api-key", KEY, "--log-level", "error"]

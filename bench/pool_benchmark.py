@@ -35,7 +35,7 @@ import httpx
 from e2b import Sandbox
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.gateway_benchmark import _free_port
+from tests.ports import free_port
 
 KEY = "e2b_" + secrets.token_hex(20)
 GOAL = 2.0
@@ -58,7 +58,7 @@ class Gateway:
 
 
 def _start(*pool: str) -> Gateway:
-    port, metrics_port = _free_port(), _free_port()
+    port, metrics_port = free_port(), free_port()
     binary = Path(sys.executable).with_name("workspace-sandbox-gateway")
     address = f"127.0.0.1:{port}"
     command = [str(binary), "--local", "--address", address, "--api-key", KEY]

@@ -9,7 +9,7 @@ object: so these tests also exercise the queries the provider will run.
 """
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from typing import Any
 
@@ -146,3 +146,37 @@ def applied(out: Rendered, *, hold: Iterable[str] = (), failed: Iterable[str] = 
             status = {"conditions": [{"type": "Ready", "status": "True", "reason": "Available"}]}
         observed[key] = stored({**m, "metadata": {**m["metadata"], "namespace": NAMESPACE}}, status)
     return observed
+
+
+SETTLE_STEPS = 8  # renders before a sandbox that keeps changing fails its test
+
+
+def steps(
+    step: Callable[[Observed], Rendered],
+    observed: Observed | None = None,
+    world: Observed | None = None,
+) -> list[tuple[Rendered, Observed]]:
+    """Each render with what it observed, from `observed` until applying it changes nothing.
+
+    `step` renders from what Crossplane observes: what the last render composed, as `applied`
+    reports it, beside `world` (what the test states of the cluster, such as a ComputePlane).
+    """
+    now, world = dict(observed or {}), dict(world or {})
+    seen: list[tuple[Rendered, Observed]] = []
+    for _ in range(SETTLE_STEPS):
+        out = step({**now, **world})
+        seen.append((out, {**now, **world}))
+        after = applied(out)
+        if after == now:
+            return seen
+        now = after
+    raise AssertionError(f"the sandbox never settled in {SETTLE_STEPS} renders")
+
+
+def converge(
+    step: Callable[[Observed], Rendered],
+    observed: Observed | None = None,
+    world: Observed | None = None,
+) -> tuple[Rendered, Observed]:
+    """The settled sandbox: its last render and what that render observed (see `steps`)."""
+    return steps(step, observed, world)[-1]

@@ -1,11 +1,76 @@
-"""Suite-wide settings."""
+"""Suite-wide settings, and the guard that keeps the inner loop in-process.
 
+`scripts/check --fast` runs every test not marked `e2e`, `slow` or a real-component tier, and
+must stay fast: a test there that starts an agent, a gateway or an SDK's process fails, naming
+the process and the mark it needs. Every process a test (or a fixture it asks for) starts is
+checked, whatever starts it: `subprocess`, asyncio, or the local gateway's agents.
+"""
+
+import re
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
 from hypothesis import settings
 
 # Autouse: root's login shells must not wait on a lock a killed one left (see there).
-from tests.agent.sdk.conftest import no_stale_pyenv_lock  # noqa: F401
+from tests.pyenv import no_stale_pyenv_lock  # noqa: F401
 
 # Speed is measured by the benchmark, not by tests: on a loaded machine a 200 ms per-example
 # deadline fails property tests that are correct.
 settings.register_profile("suite", deadline=None)
 settings.load_profile("suite")
+
+OUT_OF_LOOP = ("e2e", "slow", "boot", "pod", "control_plane")
+# What the inner loop never starts: the project's servers (as executables, modules or a script
+# importing them), Node or Deno (the JS SDK and kernel), and an older SDK's venv.
+SERVERS = re.compile(
+    r"workspace[-_]sandbox[-_](agent|gateway)|workspace_(agent|gateway)|sdk-venvs|(^|/)(node|deno)$"
+)
+
+
+def server_in(args: Any) -> str | None:
+    """The argument of a command line that starts a server, if one does."""
+    argv = [args] if isinstance(args, (str, bytes)) else list(args)
+    for arg in argv:
+        text = arg.decode(errors="replace") if isinstance(arg, bytes) else str(arg)
+        if SERVERS.search(text):
+            return text.splitlines()[0][:120]
+    return None
+
+
+@contextmanager
+def in_process_only(item: pytest.Item) -> Iterator[None]:
+    if any(item.get_closest_marker(name) for name in OUT_OF_LOOP):
+        yield
+        return
+    started: list[str] = []
+    original = subprocess.Popen.__init__
+
+    def refuse(self: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> None:
+        if (server := server_in(args)) is not None:
+            started.append(server)
+            pytest.fail(f"{item.nodeid} starts {server!r}: mark it e2e (or slow)", pytrace=False)
+        original(self, args, *rest, **kwargs)
+
+    subprocess.Popen.__init__ = refuse  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        subprocess.Popen.__init__ = original  # type: ignore[method-assign]
+    if started:  # refused where a failure would have been caught: in a server's task
+        pytest.fail(f"{item.nodeid} starts {started[0]!r}: mark it e2e (or slow)", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    with in_process_only(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    with in_process_only(item):
+        return (yield)

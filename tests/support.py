@@ -57,10 +57,10 @@ AGENT_IMAGE = AGENT_PLATFORM.agent.image if AGENT_PLATFORM.agent else ""
 
 SITE_WARNING = "SiteAddressesNotStated"
 """The reason of the warning the shipped platform gets on every call: it leaves the site's own
-addresses unstated (tests/test_site_addresses.py checks that warning)."""
+addresses unstated (tests/render/test_site_addresses.py checks that warning)."""
 AGENT_WARNING = "AgentNotConfigured"
 """The reason of the warning every VM sandbox of the shipped platform gets: it names no agent
-image (tests/test_fn.py checks that warning)."""
+image (tests/edge/test_fn.py checks that warning)."""
 
 
 def results(rsp: fnv1.RunFunctionResponse) -> list[fnv1.Result]:

@@ -1,6 +1,6 @@
 """Run `workspace-sandbox` commands in-process and print one transcript of everything they wrote.
 
-tests/test_python_versions.py runs this under every supported Python and compares the bytes:
+tests/edge/test_python_versions.py runs this under every supported Python and compares the bytes:
 `python -m tests.transcript CASES.json` from the repository root, where CASES.json is a list of
 [label, [argument, ...]]. It needs the function's runtime dependencies only, not the test ones.
 """

@@ -1,5 +1,6 @@
-"""The agent's fixtures live beside the SDK tests, which also run under an older SDK's venv."""
+"""The agent's fixtures, from `tests/agent/sdk/agents.py`: the SDK tests there run under an
+older SDK's venv too."""
 
-from tests.agent.sdk.conftest import agent, pod_agent, pod_sandbox, sandbox, workspace
+from tests.agent.sdk.agents import agent, pod_agent, pod_sandbox, sandbox, workspace
 
 __all__ = ["agent", "pod_agent", "pod_sandbox", "sandbox", "workspace"]

@@ -11,7 +11,7 @@ from workspace_agent.server import build_app
 from workspace_agent.state import Agent
 from workspace_agent.users import Users
 
-from tests.agent.sdk.conftest import NOBODY, ROOT, TOKEN, Running, start, stop
+from tests.agent.sdk.agents import NOBODY, ROOT, TOKEN, Running, start, stop
 
 STAT = "/filesystem.Filesystem/Stat"
 FIRST, SECOND, WRONG = "first", "second", "wrong"  # tokens

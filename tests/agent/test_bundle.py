@@ -10,7 +10,6 @@ import hashlib
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -20,17 +19,13 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.ports import free_port
+
 AGENT = Path(__file__).resolve().parents[2] / "agent"
 BUILD_BUNDLE = AGENT / "scripts" / "build-bundle"
 BUILD_DISK = AGENT / "scripts" / "build-disk"
 PYENV = Path.home() / ".pyenv" / "versions"
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _version(python: Path) -> tuple[int, int] | None:

@@ -24,18 +24,18 @@ from e2b import PtySize, Sandbox
 from workspace_agent import launch
 from workspace_agent.users import User
 
-from tests.agent.sdk.conftest import (
+from tests.agent.sdk.agents import (
     AGENT,
     AUTH,
     TOKEN,
     Running,
     debug_env,
-    free_port,
     holding_token,
     needs_root,
     start,
     stop,
 )
+from tests.ports import free_port
 
 pytestmark = needs_root
 MIB = 1 << 20

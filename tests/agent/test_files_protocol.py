@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.agent.sdk.conftest import AUTH, NOBODY, TOKEN, Running
+from tests.agent.sdk.agents import AUTH, NOBODY, TOKEN, Running
 
 MIB = 1 << 20
 

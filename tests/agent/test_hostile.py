@@ -20,7 +20,7 @@ from workspace_agent.server import MAX_PROCESS_MESSAGE, build_app, is_local
 from workspace_agent.state import Agent
 from workspace_agent.users import Users
 
-from tests.agent.sdk.conftest import (
+from tests.agent.sdk.agents import (
     NOBODY,
     STREAM,
     Running,

@@ -20,7 +20,7 @@ from workspace_agent.errors import AgentError
 from workspace_agent.identity import Credentials, Identity
 from workspace_agent.users import User
 
-from tests.agent.sdk.conftest import NOBODY, ROOT, Running
+from tests.agent.sdk.agents import NOBODY, ROOT, Running
 
 pytestmark = pytest.mark.skipif(not ROOT, reason="switching credentials needs root")
 

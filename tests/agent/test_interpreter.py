@@ -23,7 +23,7 @@ from workspace_agent.server import build_app
 from workspace_agent.state import Agent
 from workspace_agent.users import Users
 
-from tests.gateway.sdk.conftest import free_port
+from tests.ports import free_port
 
 
 def message(kind: str, msg_id: str = "run", **content: Any) -> dict[str, Any]:

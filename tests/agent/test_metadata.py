@@ -18,7 +18,7 @@ from workspace_agent import metadata
 from workspace_agent.errors import AgentError
 
 from tests.agent.needs import unavailable
-from tests.agent.sdk.conftest import NOBODY, Running
+from tests.agent.sdk.agents import NOBODY, Running
 
 OCTET = {"content-type": "application/octet-stream"}
 

@@ -13,7 +13,7 @@ from workspace_agent.metrics import (
     read_ticks,
 )
 
-from tests.agent.sdk.conftest import start, stop
+from tests.agent.sdk.agents import start, stop
 
 MEMINFO = """MemTotal:        4000000 kB
 MemFree:          500000 kB

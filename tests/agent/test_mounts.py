@@ -19,7 +19,7 @@ from e2b.exceptions import InvalidArgumentException
 from workspace_agent import mounts
 
 from tests.agent.needs import unavailable
-from tests.agent.sdk.conftest import Running
+from tests.agent.sdk.agents import Running
 
 MOUNTINFO = """\
 22 27 0:21 / /proc rw,relatime - proc proc rw

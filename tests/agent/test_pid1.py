@@ -16,15 +16,15 @@ import httpx
 import pytest
 from e2b import CommandExitException, Sandbox
 
-from tests.agent.sdk.conftest import (
+from tests.agent.sdk.agents import (
     AGENT,
     Running,
     debug_env,
-    free_port,
     holding_token,
     initialise,
     stop,
 )
+from tests.ports import free_port
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare"

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.agent.sdk.conftest import AUTH, STREAM, Envelope, Running, envelope, envelopes, gone
+from tests.agent.sdk.agents import AUTH, STREAM, Envelope, Running, envelope, envelopes, gone
 
 
 def bash(command: str, **fields: Any) -> dict[str, Any]:

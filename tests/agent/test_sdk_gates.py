@@ -13,7 +13,7 @@ from e2b.exceptions import TemplateException
 from packaging.version import Version
 from workspace_agent import ENVD_VERSION
 
-from tests.agent.sdk.conftest import TOKEN, Running, debug_env
+from tests.agent.sdk.agents import TOKEN, Running, debug_env
 
 GATES = {
     name: value

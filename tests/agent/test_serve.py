@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 from workspace_agent import ENVD_VERSION
 
-from tests.agent.sdk.conftest import (
+from tests.agent.sdk.agents import (
     AGENT,
     STREAM,
     Running,

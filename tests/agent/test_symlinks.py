@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.agent.sdk.conftest import AUTH, NOBODY, ROOT, Running
+from tests.agent.sdk.agents import AUTH, NOBODY, ROOT, Running
 
 pytestmark = pytest.mark.skipif(not ROOT, reason="needs root to plant root's files")
 

@@ -6,7 +6,6 @@ comes with the hostname its pod gets: the Sandbox's name (the controller names i
 it), or the StatefulSet's first ordinal.
 """
 
-from dataclasses import replace
 from typing import Any
 
 from function.compose.names import resolve
@@ -15,8 +14,7 @@ from function.model.platform import SandboxPlatform
 from function.model.spec import WorkspaceSandbox
 from function.render import Rendered, render
 from tests.plane import provider
-from tests.sandbox_namespace import world
-from tests.support import NOW, PLATFORM, owned, workspace
+from tests.support import NOW, PLATFORM, owned
 
 POD_PRESETS = sorted(n for n, p in PLATFORM.presets.items() if p.runtime != "kubevirt")
 
@@ -36,17 +34,6 @@ def pods(out: Rendered) -> list[tuple[str, Manifest]]:
         elif carried["kind"] == "StatefulSet":
             found.append((f"{name}-0", provider.pod_spec(carried)))
     return found
-
-
-def settled(preset: str, platform: SandboxPlatform) -> Rendered:
-    """The preset's sandbox once its placement is ready: the pod it finally runs."""
-    placement = platform.presets[preset].placement
-    if placement == "Namespace":
-        return render(workspace({"preset": preset}), platform, owned(None), NOW)
-    if placement == "SandboxNamespace":
-        return world.converge(preset, platform=platform)[0]
-    plane = provider.SHARED if placement == "SharedComputePlane" else provider.DEDICATED
-    return provider.converge(replace(plane, preset=preset, platform=platform))[0]
 
 
 def pod_of(xr: dict[str, Any], platform: SandboxPlatform) -> tuple[str, Manifest]:

@@ -2,7 +2,7 @@
 
 `scripts/test-images sandbox` reads the Dockerfile's ENV and heredoc files rather than
 restating them; these check that what it read is what the Dockerfile says (as
-`tests/test_sandbox_image.py` reads it), in the image it built.
+`tests/project/test_sandbox_image.py` reads it), in the image it built.
 """
 
 import shutil
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.boot import pod_host
-from tests.test_sandbox_image import env, heredocs
+from tests.project.test_sandbox_image import env, heredocs
 
 
 @pytest.fixture(scope="module")

@@ -45,6 +45,7 @@ from function.model.spec import WorkspaceSandbox
 from function.render import render
 from tests.gateway import kube_fake
 from tests.gateway.stand_in import Platform
+from tests.ports import free_port
 from tests.support import AGENT_PLATFORM
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -161,12 +162,6 @@ def accelerator(kernel: Path) -> str:
         finally:
             probe.kill()
             probe.wait(timeout=30)
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 class Machine:

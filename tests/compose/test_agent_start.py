@@ -6,7 +6,6 @@ starts in the workspace, which the sandbox's code writes: a `python3` or
 container start on, and keep running through suspend and resume.
 """
 
-from dataclasses import replace
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -15,10 +14,10 @@ import pytest
 from function.compose.agent import BUNDLE, IMAGE_LAUNCHER, LAUNCHER
 from function.model import Manifest
 from function.model.platform import USER_WRITABLE, SandboxPlatform, under
-from function.render import Rendered, render
+from function.render import Rendered
+from tests.placements import settled
 from tests.plane import provider
-from tests.sandbox_namespace import world
-from tests.support import AGENT_PLATFORM, NOW, PLATFORM, agent_platform_input, owned, workspace
+from tests.support import AGENT_PLATFORM, PLATFORM, agent_platform_input
 
 POD_PRESETS = sorted(n for n, p in PLATFORM.presets.items() if p.runtime != "kubevirt")
 OTHER_PYTHON = "/opt/python-3.12/bin/python3.12"
@@ -32,17 +31,6 @@ PLATFORMS = [
     pytest.param(AGENT_PLATFORM, id="agent-delivered"),
     pytest.param(ELSEWHERE, id="agent-delivered-python-elsewhere"),
 ]
-
-
-def settled(preset: str, platform: SandboxPlatform) -> Rendered:
-    """The preset's sandbox once its placement is ready: the pod it finally runs."""
-    placement = platform.presets[preset].placement
-    if placement == "Namespace":
-        return render(workspace({"preset": preset}), platform, owned(None), NOW)
-    if placement == "SandboxNamespace":
-        return world.converge(preset, platform=platform)[0]
-    plane = provider.SHARED if placement == "SharedComputePlane" else provider.DEDICATED
-    return provider.converge(replace(plane, preset=preset, platform=platform))[0]
 
 
 def pods(out: Rendered) -> list[Manifest]:

@@ -7,7 +7,7 @@ import pytest
 from function.compose.names import new_identity, service_account_name, workspace_volume_name
 from function.errors import FieldError
 from function.render import Rendered, render
-from tests.pod_security import all_violations
+from tests.render.pod_security import all_violations
 from tests.schemas import validate
 from tests.support import (
     AGENT_IMAGE,

@@ -19,7 +19,8 @@ import httpx
 import yaml
 
 from tests.control_plane.install import apply
-from tests.control_plane.server import START_ATTEMPTS, ControlPlane, _ports, built, source
+from tests.control_plane.server import START_ATTEMPTS, ControlPlane, built, source
+from tests.ports import free_port
 
 MODULE = "sigs.k8s.io/agent-sandbox"
 NAME = "agent-sandbox"
@@ -89,7 +90,7 @@ def start_agent_sandbox(plane: ControlPlane) -> None:
         return
     env = {"KUBECONFIG": str(_identity(plane))}
     for _ in range(START_ATTEMPTS):
-        metrics, health = _ports(2)
+        metrics, health = free_port(), free_port()
         command = argv(metrics, health)
         plane.run(NAME, command, env)
         if _healthy(plane, health):

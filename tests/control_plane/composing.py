@@ -43,8 +43,9 @@ from tests.control_plane.install import (
     wait_established,
 )
 from tests.control_plane.packages import PROVIDER_MODULE, image_configs, publish, start_registry
-from tests.control_plane.server import ControlPlane, _ports, built, listening_port, poll
+from tests.control_plane.server import ControlPlane, built, listening_port, poll
 from tests.deploy.install import documents
+from tests.ports import free_port
 from tests.support import ROOT
 
 FUNCTION = "function-workspace-sandbox"
@@ -237,7 +238,7 @@ def start_provider(plane: ControlPlane, kubeconfig: Path) -> None:
     """provider-kubernetes v1.2.1 with its webhook's certificate. Its webhook (:9443) and
     metrics (:8080) addresses are fixed in its main package."""
     certs = plane.root / "provider-certs"
-    (health,) = _ports(1)
+    health = free_port()
     plane.run(
         PROVIDER,
         [built("provider-kubernetes") / "provider", "--debug",

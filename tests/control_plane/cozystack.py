@@ -25,7 +25,8 @@ from typing import Any
 import yaml
 
 from tests.control_plane.install import UPSTREAM, apply, kubectl, wait_established
-from tests.control_plane.server import ControlPlane, _ports, built, listening_port, poll, source
+from tests.control_plane.server import ControlPlane, built, listening_port, poll, source
+from tests.ports import free_port
 
 MODULE = "github.com/cozystack/cozystack"
 NAMESPACE = "cozy-system"
@@ -89,7 +90,7 @@ def start_cozystack_api(plane: ControlPlane) -> None:
     # The name the aggregation layer checks the server's certificate against: its Service's.
     certs = plane.certificates("cozystack-api-certs", hosts=(f"{SERVICE}.{NAMESPACE}.svc",))
     for attempt in range(START_ATTEMPTS):
-        (port,) = _ports(1)
+        port = free_port()
         name = f"cozystack-api-{attempt}"
         plane.run(name, [
             built("cozystack-api") / "cozystack-api",

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 import yaml
 
 from tests.control_plane.install import apply, kubectl
-from tests.control_plane.server import ControlPlane, _ports, built, poll, source
+from tests.control_plane.server import ControlPlane, built, poll, source
+from tests.ports import free_port
 
 MODULE = "github.com/crossplane/crossplane/v2"
 XRD = "workspacesandboxes.sandbox.cozystack.io"
@@ -138,7 +139,7 @@ def start_crossplane(
     # The package cache (the chart's emptyDir): without it every pull fails to parse, the cache's
     # write closing the pipe the parser reads.
     (plane.root / "xpkg").mkdir()
-    metrics, health = _ports(2)
+    metrics, health = free_port(), free_port()
     argv: list[object] = [
         binary, "core", "start", enabled, f"--namespace={NAMESPACE}",
         f"--cache-dir={plane.root / 'xpkg'}",
@@ -165,7 +166,7 @@ def serve_webhooks(plane: ControlPlane) -> int:
     configuration is pointed at the process's loopback address instead, with a serving
     certificate from the plane's CA. The one change the tier makes to what Crossplane writes."""
     plane.certificates(WEBHOOK_CERTS)
-    (port,) = _ports(1)
+    port = free_port()
     bundle = base64.b64encode(plane.ca.read_bytes()).decode()
     path = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
     status, listing = plane.request("GET", path)

@@ -39,6 +39,7 @@ from tests.control_plane.install import kubectl
 from tests.control_plane.server import REPO, ControlPlane
 from tests.gateway import stand_in
 from tests.gateway.kube_fake import Key
+from tests.ports import free_port
 
 GATEWAY_NAMESPACE, ACCOUNT = "cozy-sandbox-gateway", "sandbox-gateway"
 GATEWAY = Path(sys.executable).with_name("workspace-sandbox-gateway")
@@ -234,7 +235,7 @@ def start_gateway(  # the command line's parts
         seed.write_bytes(os.urandom(48).hex().encode())
     log = folder / f"{name}.log"
     for _ in range(3):  # a port taken between choosing and binding it: another one
-        port = stand_in.free_port()
+        port = free_port()
         argv = [
             *(sys.executable, "-m", "tests.control_plane.gateway", "--kubernetes"),
             *("--address", f"127.0.0.1:{port}", "--templates", str(mapping)),

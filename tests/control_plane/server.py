@@ -20,7 +20,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -37,6 +36,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from kubernetes import client as k8s
+
+from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS = REPO / "scripts" / "cluster-tools"
@@ -87,15 +88,6 @@ def source(module: str) -> Path:
     if run.returncode != 0 or not run.stdout.strip():
         unavailable(f"no source of {module}: {run.stderr.strip()}")
     return Path(run.stdout.strip())
-
-
-def _ports(count: int) -> list[int]:
-    """Ports free at this moment (the caller retries the start if one is taken in between)."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
 
 
 def poll(check: Callable[[], Any], seconds: float, interval: float = 0.2) -> Any:
@@ -223,7 +215,7 @@ class ControlPlane:
         _certificates(pki)
         (self.root / "tokens.csv").write_text(f"{self.token},admin,admin,system:masters\n")
         for attempt in range(START_ATTEMPTS):
-            client, peer, secure = _ports(3)
+            client, peer, secure = free_port(), free_port(), free_port()
             data = self.root / f"etcd-{attempt}"
             self._spawn("etcd", [
                 etcd / "etcd", "--data-dir", data, "--name", "test",

@@ -298,7 +298,7 @@ def test_packages_installed_by_crossplane(composing: Composing) -> None:
     assert "sandboxplatforms.sandbox.fn.cozystack.io" not in {c.metadata.name for c in crds.items}
 
 
-def converge(composing: Composing, ns: str, phase: str = "") -> dict[str, Any]:
+def settled_on_cluster(composing: Composing, ns: str, phase: str = "") -> dict[str, Any]:
     """Wait until the XR is Synced and every object the function asks for (given what the
     server and the provider report back) is stored as it asks; with `phase`, play the absent
     controllers on each round and wait for that phase, Ready if it is Running and not Ready
@@ -350,8 +350,8 @@ def change(composing: Composing, ns: str, spec: Mapping[str, Any]) -> None:
 @pytest.mark.parametrize("preset", PRESETS)
 def test_each_preset_composes_what_the_function_renders(submitted: Composing, preset: str) -> None:
     ns = f"tenant-{preset}"
-    converge(submitted, ns)
-    xr = converge(submitted, ns, "Running")
+    settled_on_cluster(submitted, ns)
+    xr = settled_on_cluster(submitted, ns, "Running")
     assert xr["status"]["preset"] == preset
 
 
@@ -360,9 +360,9 @@ def test_suspend_resume_and_snapshots(submitted: Composing, preset: str) -> None
     """A VM and a pod sandbox suspended, resumed and snapshotted through the real Crossplane:
     each change reaches the composed objects as the function asks, and the status follows."""
     ns = f"tenant-{preset}"
-    converge(submitted, ns, "Running")
+    settled_on_cluster(submitted, ns, "Running")
     change(submitted, ns, {"power": "Suspended"})
-    xr = converge(submitted, ns, "Suspended")
+    xr = settled_on_cluster(submitted, ns, "Suspended")
     workload = [
         o for o in composed(submitted, xr).values() if o["kind"] in {"VirtualMachine", "Sandbox"}
     ]
@@ -370,14 +370,14 @@ def test_suspend_resume_and_snapshots(submitted: Composing, preset: str) -> None
         "Halted" if preset == "standard" else "Suspended"
     ]
     change(submitted, ns, {"snapshots": [{"name": "before-refactor"}]})
-    xr = converge(submitted, ns, "Suspended")
+    xr = settled_on_cluster(submitted, ns, "Suspended")
     snapshots = [o for o in composed(submitted, xr).values() if o["kind"] == "VolumeSnapshot"]
     assert len(snapshots) == 1, xr["status"]
     (taken,) = xr["status"]["snapshots"]
     assert taken["name"] == "before-refactor"
     assert taken["volumeSnapshot"] == snapshots[0]["metadata"]["name"]
     change(submitted, ns, {"power": "Running"})
-    xr = converge(submitted, ns, "Running")
+    xr = settled_on_cluster(submitted, ns, "Running")
     assert [s["name"] for s in xr["status"]["snapshots"]] == ["before-refactor"]
 
 
@@ -403,7 +403,7 @@ def test_the_simulated_provider_reports_objects_as_the_real_one(
     the Ready verdict of the Object's readiness query (cel-python there, the provider's CEL
     here) and the wrapped object it reports under `status.atProvider.manifest`."""
     plane = submitted.plane
-    xr = converge(submitted, f"tenant-{preset}", "Running")
+    xr = settled_on_cluster(submitted, f"tenant-{preset}", "Running")
     served = resources(plane)
     compared = 0
     for key, first in composed(submitted, xr).items():
@@ -484,7 +484,7 @@ def test_deletion_keeps_the_policies_and_namespace_until_the_workload_is_gone(
     gone (docs/platform-guide.md), and the provider then empties and deletes the namespace."""
     plane = submitted.plane
     ns = f"tenant-{preset}"
-    xr = converge(submitted, ns, "Running")
+    xr = settled_on_cluster(submitted, ns, "Running")
     objects = composed(submitted, xr)
     assert {o["kind"] for o in objects.values()} >= {"Usage"}, sorted(objects)
     workload = next(
@@ -540,7 +540,7 @@ def test_a_dedicated_plane_is_deleted_with_its_sandbox(submitted: Composing) -> 
     API would drop); deleting the XR deletes that Object, the provider deletes the plane and
     with it its HelmRelease, and the workers' policy, held by its Usage, goes only after."""
     plane, ns = submitted.plane, "tenant-dedicated-plane"
-    xr = converge(submitted, ns, "Running")
+    xr = settled_on_cluster(submitted, ns, "Running")
     objects = composed(submitted, xr)
     carrier = objects["compute-plane"]
     assert carrier["kind"] == "Object", carrier["kind"]

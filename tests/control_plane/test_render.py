@@ -39,7 +39,7 @@ class Case:
 
 
 CASES = [pytest.param(Case(c, COMPOSITION), id=c.name) for c in EXAMPLES] + [
-    # The examples tests/test_cli.py also renders with a platform that delivers the agent.
+    # The examples tests/edge/test_cli.py also renders with a platform that delivers the agent.
     pytest.param(Case(c, AGENT_COMPOSITION), id=f"with-agent-{c.name}")
     for c in EXAMPLES
     if c.name in ("full", "kata")

@@ -1,15 +1,15 @@
 """The XRD served by real Crossplane as a CRD: its names on kubectl, and its CEL rules and
 OpenAPI bounds refusing bad input on the real API server with the messages the docs promise
-(the cases of tests/test_api_messages.py, which cel-python judges)."""
+(the cases of tests/api/test_api_messages.py, which cel-python judges)."""
 
 import shutil
 from typing import Any
 
 import pytest
 
+from tests.api.test_api_messages import CASES, xr_with
 from tests.control_plane.crossplane import XRD
 from tests.control_plane.install import Installed, kubectl
-from tests.test_api_messages import CASES, xr_with
 
 pytestmark = pytest.mark.control_plane
 

@@ -20,7 +20,7 @@ import yaml
 from workspace_gateway import cluster
 
 from tests.deploy.install import identity, kustomize, needs_kubectl
-from tests.pod_security import restricted_violations
+from tests.render.pod_security import restricted_violations
 from tests.schemas import validate
 from tests.support import PLATFORM, ROOT, load_stream
 

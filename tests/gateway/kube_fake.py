@@ -9,8 +9,10 @@ and status, writes to the object leave its status alone (`Cluster.update` is the
 writer's), and a delete of one with finalizers only sets its `deletionTimestamp` until a write
 removes the last of them (`deleted`). `tests/control_plane/test_kube_fake_drift.py` asks the
 real API server the same questions. Leases: create, get, replace and merge-patch, a write at a
-stale resourceVersion answered 409. Anything else answers 404 or 405, so a call the gateway
-makes that a real API server would serve differently shows up as a failure.
+stale resourceVersion answered 409. A route or resource it does not model answers 501 naming it
+and is kept in `Cluster.unmodelled`, which `serving` fails the test on; a method it does not
+offer answers 405. So a call the gateway makes that a real API server would serve differently
+shows up as a failure, never as an object not found.
 The real `kubernetes` client talks to it through a kubeconfig written by `kubeconfig`.
 """
 
@@ -79,6 +81,8 @@ class Cluster:
         """What watches send."""
         self.lists: list[dict[str, str]] = []
         """The query of every list across all namespaces (watches aside), in order."""
+        self.unmodelled: list[str] = []
+        """Every request for what the fake does not model (answered 501), in order."""
 
     def put(self, key: Key, obj: dict[str, Any]) -> dict[str, Any]:
         obj.setdefault("metadata", {})["resourceVersion"] = str(next(self.versions))
@@ -121,6 +125,13 @@ def status(code: int, reason: str, message: str) -> Answer:
     return code, {**body, "reason": reason, "message": message}
 
 
+def unmodelled(cluster: Cluster, method: str, what: str) -> Answer:
+    """A 501 naming what the fake does not model, kept for the fixture to fail the test on: a
+    real API server would serve it, and a 404 would read as an object not found."""
+    cluster.unmodelled.append(f"{method} {what}")
+    return status(501, "NotImplemented", f"the fake API server does not model {method} {what}")
+
+
 def answer(
     cluster: Cluster, method: str, url: str, body: Callable[[], Any], content_type: str
 ) -> Answer:
@@ -134,7 +145,7 @@ def answer(
     if found is None:
         every = ALL_NAMESPACES.fullmatch(path)
         if every is None or method != "GET":
-            return status(404, "NotFound", f"no route {path}")
+            return unmodelled(cluster, method, path)
         items = [o for o in cluster.resource(every["plural"]) if selected(o, selector)]
         return page(cluster, items, parse_qs(query))
     plural, ns, name = found["plural"], found["ns"], found["name"]
@@ -431,7 +442,7 @@ def leases(
     """
     plural, ns, name = key
     if plural != "leases":
-        return status(404, "NotFound", f"no resource {plural}")
+        return unmodelled(cluster, method, f"{plural} in {ns}")
     if not name:
         return lease_create(cluster, method, ns, body)
     if key not in cluster.objects:
@@ -591,7 +602,8 @@ def watch_stream(cluster: Cluster, request: BaseHTTPRequestHandler, path: str, q
     every = ALL_NAMESPACES.fullmatch(path)
     found = every or NAMESPACED.fullmatch(path)
     if found is None or (every is None and found["name"] is not None):
-        request.send_error(404)
+        cluster.unmodelled.append(f"watch {path}")
+        request.send_error(501, f"the fake API server does not model a watch of {path}")
         return
     namespace = None if every else found["ns"]
     if history.refusing:
@@ -688,6 +700,8 @@ def serve() -> Iterator[tuple[Cluster, str]]:
         server.shutdown()
         server.server_close()
         thread.join()
+    if cluster.unmodelled:
+        raise AssertionError(f"asked what the fake API server does not model: {cluster.unmodelled}")
 
 
 def kubeconfig(url: str, folder: Path) -> Path:

@@ -13,7 +13,6 @@ import getpass
 import os
 import pwd
 import shutil
-import socket
 import sys
 import tempfile
 import threading
@@ -36,6 +35,7 @@ from workspace_gateway.kubernetes_backend import PLURAL, KubernetesBackend, Sett
 from workspace_gateway.templates import Template
 
 from tests.gateway import kube_fake
+from tests.ports import free_port
 from tests.schemas import validate_xrd_object
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,12 +52,6 @@ BASE = Template(
 @cache
 def xrd() -> dict[str, Any]:
     return yaml.safe_load((ROOT / "deploy/xrd.yaml").read_text())  # type: ignore[no-any-return]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 USER = "nobody" if os.geteuid() == 0 else getpass.getuser()

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from tests.agent.sdk.conftest import STREAM, envelope, envelopes
+from tests.agent.sdk.agents import STREAM, envelope, envelopes
 from tests.gateway import stand_in
 from tests.gateway.stand_in import KEY_A, World
 

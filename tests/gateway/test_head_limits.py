@@ -14,8 +14,8 @@ import httpx
 import pytest
 from workspace_gateway.http_protocol import MAX_HEAD_BYTES
 
-from tests.gateway.stand_in import free_port
 from tests.gateway.test_main import GATEWAY
+from tests.ports import free_port
 
 KEY = "e2b_" + "0" * 40
 CONNECTIONS = 16

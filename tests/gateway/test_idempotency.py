@@ -21,7 +21,7 @@ from workspace_gateway.idempotency import Keyed, Locks, fingerprint, key_of, lab
 from workspace_gateway.kubernetes_backend import KEY_LABEL, PLURAL
 
 from tests.gateway import kube_fake
-from tests.gateway.sdk.conftest import (  # `gateway`: the fixture
+from tests.gateway.sdk.gateways import (  # `gateway`: the fixture
     Gateway,
     gateway,  # noqa: F401
     point_sdk_at,

@@ -19,7 +19,7 @@ import pytest
 from e2b import NotFoundException, TimeoutException
 from e2b_code_interpreter import AsyncSandbox, Sandbox
 
-from tests.gateway.sdk.conftest import (  # noqa: F401  # the fixtures
+from tests.gateway.sdk.gateways import (  # noqa: F401  # the fixtures
     Gateway,
     gateway,
     point_sdk_at,

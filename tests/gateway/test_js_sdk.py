@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.gateway.sdk.conftest import (  # `gateway`: the fixture
+from tests.gateway.sdk.gateways import (  # `gateway`: the fixture
     Gateway,
     gateway,  # noqa: F401
     sdk_environment,

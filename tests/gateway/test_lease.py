@@ -42,7 +42,8 @@ from workspace_gateway.kubernetes_backend import (
 from workspace_gateway.lease import Elector
 
 from tests.gateway import kube_fake
-from tests.gateway.stand_in import SEED, eventually, free_port
+from tests.gateway.stand_in import SEED, eventually
+from tests.ports import free_port
 
 NAMESPACE = "sandbox-gateway"
 KEY = ("leases", NAMESPACE, lease.NAME)

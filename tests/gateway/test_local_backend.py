@@ -19,7 +19,7 @@ from workspace_gateway.local_backend import LocalBackend, Pool, Temperature
 from workspace_gateway.main import find_agent
 from workspace_gateway.metrics import Metrics
 
-from tests.agent.sdk.conftest import STREAM, envelope, envelopes
+from tests.agent.sdk.agents import STREAM, envelope, envelopes
 
 # As root the agents act as nobody, so that no command reads root's login profile.
 USER = "nobody" if os.geteuid() == 0 else getpass.getuser()

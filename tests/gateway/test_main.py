@@ -14,7 +14,7 @@ from workspace_gateway.main import parser
 from workspace_gateway.tokens import TokenReviews
 
 from tests.gateway import kube_fake
-from tests.gateway.stand_in import free_port
+from tests.ports import free_port
 
 GATEWAY = Path(sys.executable).with_name("workspace-sandbox-gateway")
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.gateway.sdk import certs
-from tests.gateway.stand_in import free_port
+from tests.ports import free_port
 
 GATEWAY = Path(sys.executable).with_name("workspace-sandbox-gateway")
 KEY = "e2b_" + "ab" * 20

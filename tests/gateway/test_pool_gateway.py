@@ -15,7 +15,7 @@ import pytest
 from e2b import Sandbox
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.gateway.stand_in import free_port
+from tests.ports import free_port
 
 GATEWAY = Path(sys.executable).with_name("workspace-sandbox-gateway")
 KEY = "e2b_" + "cd" * 20

@@ -17,12 +17,12 @@ from e2b import Sandbox
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from tests.gateway.sdk.conftest import (  # noqa: F401  # the fixture
+from tests.gateway.sdk.gateways import (  # noqa: F401  # the fixture
     Gateway,
-    free_port,
     gateway,
     point_sdk_at,
 )
+from tests.ports import free_port
 
 DOMAIN = "e2b.localhost"  # the gateway's default --domain
 SERVER = r"""

@@ -7,13 +7,13 @@ import sys
 
 import pytest
 
-from tests.gateway.sdk import conftest
+from tests.gateway.sdk import gateways
 from tests.support import ROOT
 
 SCRIPT = ROOT / "scripts" / "sdk-smoke"
 STEPS = ["create", "command", "files", "set_timeout", "list", "pause", "connect", "kill"]
 
-gateway = conftest.gateway  # `workspace-sandbox-gateway --local`, started once
+gateway = gateways.gateway  # `workspace-sandbox-gateway --local`, started once
 
 
 def smoke(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -28,11 +28,11 @@ def smoke(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
-def settings(gateway: conftest.Gateway, key: str) -> dict[str, str]:
+def settings(gateway: gateways.Gateway, key: str) -> dict[str, str]:
     return {"E2B_API_KEY": key, "E2B_API_URL": gateway.url, "E2B_SANDBOX_URL": gateway.url}
 
 
-def test_the_whole_cycle_passes_one_line_a_step(gateway: conftest.Gateway) -> None:
+def test_the_whole_cycle_passes_one_line_a_step(gateway: gateways.Gateway) -> None:
     done = smoke(settings(gateway, gateway.key))
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
@@ -50,7 +50,7 @@ def test_the_whole_cycle_passes_one_line_a_step(gateway: conftest.Gateway) -> No
     assert listed.stdout == "0\n"  # nothing left running
 
 
-def test_a_refused_key_fails_the_run_in_lines_not_a_traceback(gateway: conftest.Gateway) -> None:
+def test_a_refused_key_fails_the_run_in_lines_not_a_traceback(gateway: gateways.Gateway) -> None:
     done = smoke(settings(gateway, "e2b_" + "0" * 40))
     assert done.returncode == 1
     lines = done.stdout.splitlines()

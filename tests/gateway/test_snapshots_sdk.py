@@ -12,7 +12,7 @@ import httpx
 import pytest
 from e2b import Sandbox, SandboxException
 
-from tests.gateway.sdk.conftest import (  # noqa: F401  # the fixtures
+from tests.gateway.sdk.gateways import (  # noqa: F401  # the fixtures
     Gateway,
     gateway,
     sdk_env,

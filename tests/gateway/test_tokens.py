@@ -35,7 +35,8 @@ from workspace_gateway.tokens import (
 )
 
 from tests.gateway import kube_fake
-from tests.gateway.stand_in import BASE, SEED, Platform, free_port
+from tests.gateway.stand_in import BASE, SEED, Platform
+from tests.ports import free_port
 
 # ruff: noqa: S105  # made-up tokens the fake cluster knows
 TOKEN_A = "eyJhbGciOiJSUzI1NiJ9.team-a-token.signature"

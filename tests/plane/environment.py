@@ -11,14 +11,14 @@ from function.policy import (
     Flow,
     cozystack_environment,
 )
-from tests.plane.provider import Placement, converge, inner, pod_template
+from tests.plane.provider import Placement, inner, pod_template, settled_in_plane
 
 
 @cache
 def _sandbox_shape(
     p: Placement, name: str
 ) -> tuple[str, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
-    out, _ = converge(p, {}, name=name)
+    out, _ = settled_in_plane(p, {}, name=name)
     namespace = inner(out, "plane-namespace")["metadata"]
     template = pod_template(inner(out, p.workload))
     return (

@@ -23,7 +23,7 @@ from function.compose.names import (
 from function.model import Manifest
 from function.model.platform import SandboxPlatform
 from function.render import Rendered, render
-from tests.cluster import Observed, applied, seen
+from tests.cluster import Observed, converge, seen
 from tests.support import (
     NAMESPACE,
     NOW,
@@ -203,22 +203,15 @@ def run(
     return render(ws, p.platform, owned(observed, name), NOW, required)
 
 
-def converge(
+def settled_in_plane(
     p: Placement,
     spec: Mapping[str, Any] | None = None,
     observed: Observed | None = None,
     name: str = "alice-api",
 ) -> tuple[Rendered, Observed]:
-    """Render and apply until nothing changes, with the plane ready: the settled sandbox."""
+    """The settled sandbox of a plane placement, with the plane ready (`cluster.converge`)."""
     world, required = plane_world(p, name=name)
-    now = dict(observed or {})
-    for _ in range(8):
-        out = run(p, spec, {**now, **world}, required, name)
-        after = applied(out)
-        if after == now:
-            return out, {**now, **world}
-        now = after
-    raise AssertionError("the placement never settled")
+    return converge(lambda now: run(p, spec, now, required, name), observed, world)
 
 
 def inner(out: Rendered, key: str) -> Manifest:

@@ -35,12 +35,12 @@ from tests.plane.provider import (
     PLACEMENTS,
     SHARED,
     Placement,
-    converge,
     inner,
     plane_world,
     pod_spec,
     provisioned,
     run,
+    settled_in_plane,
 )
 from tests.policy.isolation import ALICE_POD
 from tests.support import (
@@ -70,7 +70,7 @@ def _cluster(p: Placement) -> str:
 
 @cache
 def _settled(p: Placement) -> dict[str, Manifest]:
-    out, _ = converge(p, ALICE_POD)
+    out, _ = settled_in_plane(p, ALICE_POD)
     return out.resources
 
 
@@ -100,7 +100,7 @@ def test_the_workload_waits_for_the_workers_policy(p: Placement) -> None:
 
 @pytest.mark.parametrize("p", PLACEMENTS)
 def test_the_workload_stops_within_a_short_grace(p: Placement) -> None:
-    assert pod_spec(inner(converge(p)[0], p.workload))["terminationGracePeriodSeconds"] == 5
+    assert pod_spec(inner(settled_in_plane(p)[0], p.workload))["terminationGracePeriodSeconds"] == 5
 
 
 @pytest.mark.parametrize("p", PLACEMENTS)
@@ -223,7 +223,7 @@ def test_the_workers_are_kept_from_the_sites_addresses_once_stated(
     flow: Flow, unstated: bool, stated: bool
 ) -> None:
     def allowed(p: SandboxPlatform) -> bool:
-        out, _ = converge(replace(SHARED, platform=p))
+        out, _ = settled_in_plane(replace(SHARED, platform=p))
         policies = [*_host_policies(out.resources), *cozystack_baseline(NAMESPACE)]
         return evaluate(flow, policies, workers_environment(SHARED)).allowed
 
@@ -237,7 +237,7 @@ def test_a_load_balancer_inside_a_denied_range_is_carved_out_for_the_workers() -
             "siteAddresses": {"loadBalancerCidrs": ["192.168.100.240/28"]},
         }
     )
-    out, _ = converge(replace(SHARED, platform=private))
+    out, _ = settled_in_plane(replace(SHARED, platform=private))
     (cidrs,) = [r["toCIDRSet"] for r in out.resources["plane-workers"]["spec"]["egressDeny"][3:]]
     assert {"cidr": "192.168.0.0/16", "except": ["192.168.100.240/28"]} in cidrs
     sandbox = {

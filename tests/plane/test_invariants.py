@@ -16,7 +16,7 @@ from tests.plane.provider import (
     pod_spec,
     run,
 )
-from tests.pod_security import all_violations
+from tests.render.pod_security import all_violations
 from tests.strategies import allowlists, specs, xr_names
 from tests.support import NAMESPACE
 

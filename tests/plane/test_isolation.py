@@ -26,7 +26,15 @@ from function.policy import (
 )
 from function.render import render
 from tests.plane.environment import from_alice, into_alice, plane_environment
-from tests.plane.provider import BOTH, IDENTITY, IN_PLANE, SHARED, Placement, converge, inner
+from tests.plane.provider import (
+    BOTH,
+    IDENTITY,
+    IN_PLANE,
+    SHARED,
+    Placement,
+    inner,
+    settled_in_plane,
+)
 from tests.policy.isolation import ALICE_POD, POD_TABLE
 from tests.support import (
     NOW,
@@ -37,7 +45,7 @@ from tests.support import (
 
 
 def _plane_policies(p: Placement, spec: Mapping[str, Any], name: str) -> list[Manifest]:
-    out, _ = converge(p, spec, name=name)
+    out, _ = settled_in_plane(p, spec, name=name)
     return [
         inner(out, k)
         for k, m in out.resources.items()
@@ -212,7 +220,7 @@ def test_names_are_refused_where_the_namespace_allows_the_internet_but_not_in_a_
         "preset that gives each sandbox a namespace of its own (dedicated-plane, isolated, "
         "isolated-kata, shared-plane), or list the destination's addresses as cidr entries"
     )
-    out, _ = converge(SHARED, NAMED)
+    out, _ = settled_in_plane(SHARED, NAMED)
     cilium = inner(out, "cilium-policy")["spec"]
     assert {"toFQDNs": [{"matchName": "pypi.org"}]} in cilium["egress"]
     # Allows only: nothing in the plane allows the internet, so no deny has to take it away.
@@ -226,8 +234,8 @@ BUNDLED = {"network": {"egress": "Allowlist", "allow": [{"bundle": "package-regi
 def test_a_bundle_renders_inside_a_plane_as_its_entries_listed_by_hand() -> None:
     entries = platform_input()["network"]["egressBundles"]["package-registries"]
     by_hand = {"network": {"egress": "Allowlist", "allow": entries}}
-    bundled, _ = converge(SHARED, BUNDLED)
-    listed, _ = converge(SHARED, by_hand)
+    bundled, _ = settled_in_plane(SHARED, BUNDLED)
+    listed, _ = settled_in_plane(SHARED, by_hand)
     assert bundled.resources == listed.resources
     pypi = {
         "toFQDNs": [{"matchName": "pypi.org"}],

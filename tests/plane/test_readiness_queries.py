@@ -22,8 +22,8 @@ from tests.plane.provider import (
     PLACEMENTS,
     SHARED,
     Placement,
-    converge,
     inner,
+    settled_in_plane,
 )
 from tests.schemas import validate
 
@@ -66,9 +66,9 @@ def claim(phase: str | None, *conditions: tuple[str, str]) -> Manifest:
 
 
 # The workloads as rendered, so the observed objects carry everything the API server requires.
-_STATEFULSET = inner(converge(SHARED)[0], "statefulset")
+_STATEFULSET = inner(settled_in_plane(SHARED)[0], "statefulset")
 _SANDBOX = inner(
-    converge(replace(SHARED, platform=AGENT_SANDBOX, workload="sandbox"))[0], "sandbox"
+    settled_in_plane(replace(SHARED, platform=AGENT_SANDBOX, workload="sandbox"))[0], "sandbox"
 )
 
 
@@ -257,7 +257,7 @@ def test_the_observed_objects_are_ones_the_api_server_would_return(
 @pytest.mark.parametrize("p", PLACEMENTS)
 @pytest.mark.parametrize("power", ["Running", "Suspended"])
 def test_every_object_is_judged_by_its_wrapped_kind(p: Placement, power: str) -> None:
-    out, _ = converge(p, {"power": power, "snapshots": [{"name": "nightly"}]})
+    out, _ = settled_in_plane(p, {"power": power, "snapshots": [{"name": "nightly"}]})
     workload = {
         ("StatefulSet", "Running"): STATEFULSET_RUNNING,
         ("StatefulSet", "Suspended"): STATEFULSET_STOPPED,

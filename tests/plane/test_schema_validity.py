@@ -19,12 +19,12 @@ from tests.plane.provider import (
     DEDICATED,
     PLACEMENTS,
     Placement,
-    converge,
     expected_violations,
     inner,
     pod_spec,
+    settled_in_plane,
 )
-from tests.pod_security import all_violations
+from tests.render.pod_security import all_violations
 from tests.schemas import composed_errors, crds_root, validate
 from tests.support import (
     AGENT_IMAGE,
@@ -104,7 +104,7 @@ def schema_errors(out: Rendered) -> dict[str, list[str]]:
 def test_every_object_and_every_wrapped_manifest_is_schema_valid(
     p: Placement, spec: dict[str, Any]
 ) -> None:
-    out, _ = converge(p, spec)
+    out, _ = settled_in_plane(p, spec)
     kinds = {inner(out, k)["kind"] for k, m in out.resources.items() if m["kind"] == "Object"}
     assert p.workload_kind in kinds
     if spec.get("snapshots"):
@@ -117,7 +117,7 @@ def test_every_object_and_every_wrapped_manifest_is_schema_valid(
 def test_the_simulated_provider_reports_objects_the_api_server_would(
     p: Placement, spec: dict[str, Any]
 ) -> None:
-    _, observed = converge(p, spec)
+    _, observed = settled_in_plane(p, spec)
     for key, m in observed.items():
         if m["kind"] == "Object":
             assert validate(m) == [], key
@@ -125,7 +125,7 @@ def test_the_simulated_provider_reports_objects_the_api_server_would(
 
 
 def test_the_checks_would_catch_a_broken_render() -> None:
-    out, _ = converge(DEDICATED)
+    out, _ = settled_in_plane(DEDICATED)
     broken = copy.deepcopy(out.resources)
     broken["compute-plane"]["spec"]["forProvider"]["manifest"]["spec"]["nodeGroups"]["md0"][
         "instancetype"
@@ -145,7 +145,7 @@ def test_the_checks_would_catch_a_broken_render() -> None:
 @pytest.mark.parametrize("p", PLACEMENTS)
 @pytest.mark.parametrize("spec", SPECS)
 def test_every_wrapped_pod_passes_pod_security(p: Placement, spec: dict[str, Any]) -> None:
-    out, _ = converge(p, spec)
+    out, _ = settled_in_plane(p, spec)
     pod = pod_spec(inner(out, p.workload))
     account = inner(out, "service-account")["metadata"]["name"]
     assert account == service_account_name(ALICE_API)
@@ -155,7 +155,7 @@ def test_every_wrapped_pod_passes_pod_security(p: Placement, spec: dict[str, Any
 @pytest.mark.parametrize("p", PLACEMENTS)
 def test_a_delivered_agent_reaches_the_wrapped_pod_hardened_and_schema_valid(p: Placement) -> None:
     delivering = replace(p, platform=p.platform.model_copy(update={"agent": AGENT_PLATFORM.agent}))
-    out, _ = converge(delivering)
+    out, _ = settled_in_plane(delivering)
     assert schema_errors(out) == {}
     pod = pod_spec(inner(out, p.workload))
     (copy_in,) = pod["initContainers"]

@@ -41,13 +41,13 @@ from tests.plane.provider import (
     STAGE_TWO,
     Placement,
     Required,
-    converge,
     inner,
     plane_world,
     pod_spec,
     pod_template,
     provisioned,
     run,
+    settled_in_plane,
 )
 from tests.support import (
     NAMESPACE,
@@ -398,7 +398,7 @@ def test_the_workload_comes_last_and_runs_one_pod(p: Placement) -> None:
 
 @pytest.mark.parametrize("p", PLACEMENTS)
 def test_a_ready_workload_makes_the_sandbox_running(p: Placement) -> None:
-    out, _ = converge(p)
+    out, _ = settled_in_plane(p)
     assert out.status == _status(
         p,
         "Running",
@@ -418,7 +418,7 @@ def test_a_ready_workload_makes_the_sandbox_running(p: Placement) -> None:
 def test_dedicated_plane_objects_never_delete_but_snapshots_still_do(
     p: Placement,
 ) -> None:
-    out, _ = converge(p, {"snapshots": [{"name": "nightly"}]})
+    out, _ = settled_in_plane(p, {"snapshots": [{"name": "nightly"}]})
     assert "snapshot-nightly" in out.resources
     for key, m in out.resources.items():
         if m["kind"] != "Object":
@@ -446,7 +446,7 @@ def test_a_snapshot_waits_for_the_workspace_claim_then_snapshots_it(p: Placement
             "message": "waiting for the workspace disk to be created",
         }
     ]
-    out, _ = converge(p, spec)
+    out, _ = settled_in_plane(p, spec)
     assert inner(out, "snapshot-nightly") == {
         "apiVersion": "snapshot.storage.k8s.io/v1",
         "kind": "VolumeSnapshot",
@@ -475,7 +475,7 @@ def test_a_snapshot_waits_for_the_workspace_claim_then_snapshots_it(p: Placement
 
 @pytest.mark.parametrize("p", PLACEMENTS)
 def test_suspending_scales_the_pod_away_and_keeps_the_claim(p: Placement) -> None:
-    _, running = converge(p)
+    _, running = settled_in_plane(p)
     world, required = plane_world(p)
     out = run(p, {"power": "Suspended"}, running, required)
     assert sorted(out.resources) == sorted(running)
@@ -488,7 +488,7 @@ def test_suspending_scales_the_pod_away_and_keeps_the_claim(p: Placement) -> Non
         query = out.resources["sandbox"]["spec"]["readiness"]["celQuery"]
         assert query == condition_query("Suspended")
         stopping = "waiting for the pod to terminate (Running)"
-    assert inner(out, "workspace-claim") == inner(converge(p)[0], "workspace-claim")
+    assert inner(out, "workspace-claim") == inner(settled_in_plane(p)[0], "workspace-claim")
     assert out.status["phase"] == "Suspending"
     assert [(c.type, c.status, c.reason, c.message) for c in out.conditions[:2]] == [
         ("Provisioned", "True", "Provisioned", "the workspace claim is kept"),
@@ -538,7 +538,7 @@ def test_a_plane_that_stops_being_ready_never_shrinks_the_desired_state(
     p: Placement, world: dict[str, Any], why: str
 ) -> None:
     spec = {"snapshots": [{"name": "nightly"}], "ports": [{"name": "preview", "port": 3000}]}
-    settled_out, running = converge(p, spec)
+    settled_out, running = settled_in_plane(p, spec)
     observed, required = plane_world(p, **world)
     placed = {k: v for k, v in running.items() if k != "compute-plane"}
     out = run(p, spec, {**placed, **observed}, required)
@@ -551,7 +551,7 @@ def test_a_plane_that_stops_being_ready_never_shrinks_the_desired_state(
 
 @pytest.mark.parametrize("p", PLACEMENTS)
 def test_a_larger_disk_grows_the_claim(p: Placement) -> None:
-    _, running = converge(p, {"resources": {"disk": "20Gi"}})
+    _, running = settled_in_plane(p, {"resources": {"disk": "20Gi"}})
     _, required = plane_world(p)
     out = run(p, {"resources": {"disk": "30Gi"}}, running, required)
     assert out.warnings == []
@@ -573,7 +573,7 @@ def test_a_larger_disk_grows_the_claim(p: Placement) -> None:
         "max": {"storage": "30Gi"},
     }
     # Leaving the size out later keeps the grown size.
-    _, grown = converge(p, {"resources": {"disk": "30Gi"}}, running)
+    _, grown = settled_in_plane(p, {"resources": {"disk": "30Gi"}}, running)
     kept = run(p, {}, grown, required)
     assert inner(kept, "workspace-claim")["spec"]["resources"] == {"requests": {"storage": "30Gi"}}
 
@@ -586,7 +586,7 @@ SHRUNK = (
 
 @pytest.mark.parametrize("p", PLACEMENTS)
 def test_a_smaller_disk_is_refused(p: Placement) -> None:
-    _, running = converge(p, {"resources": {"disk": "30Gi"}})
+    _, running = settled_in_plane(p, {"resources": {"disk": "30Gi"}})
     _, required = plane_world(p)
     with pytest.raises(FieldError) as err:
         run(p, {"resources": {"disk": "25Gi"}}, running, required)
@@ -606,7 +606,7 @@ def _required_request(
 
 @pytest.mark.parametrize("p", BOTH)
 async def test_a_smaller_disk_is_one_fatal_result_at_the_edge(p: Placement) -> None:
-    _, running = converge(p, {"resources": {"disk": "30Gi"}})
+    _, running = settled_in_plane(p, {"resources": {"disk": "30Gi"}})
     _, required = plane_world(p)
     composite = {
         "apiVersion": "sandbox.cozystack.io/v1alpha1",
@@ -622,7 +622,7 @@ async def test_a_smaller_disk_is_one_fatal_result_at_the_edge(p: Placement) -> N
 @pytest.mark.parametrize("p", BOTH)
 async def test_the_edge_renders_a_placed_sandbox_as_the_core_does(p: Placement) -> None:
     spec = {"snapshots": [{"name": "nightly"}], "resources": {"disk": "30Gi"}}
-    out, running = converge(p, spec)
+    out, running = settled_in_plane(p, spec)
     _, required = plane_world(p)
     composite = {
         "apiVersion": "sandbox.cozystack.io/v1alpha1",
@@ -706,7 +706,7 @@ def test_a_restore_is_refused_in_a_plane(p: Placement, world: dict[str, Any]) ->
     ],
 )
 def test_a_placed_sandbox_stays_in_its_plane(was: Placement, now: Placement) -> None:
-    _, running = converge(was)
+    _, running = settled_in_plane(was)
     observed, required = plane_world(now)
     with pytest.raises(FieldError) as err:
         run(now, {}, {**running, **observed}, required)
@@ -728,7 +728,7 @@ LEAVING = "but this sandbox's workspace lives on a ComputePlane; switching would
 def test_a_placed_sandbox_cannot_leave_for_a_namespace_preset(
     p: Placement, preset: str, runs: str
 ) -> None:
-    _, running = converge(p)
+    _, running = settled_in_plane(p)
     with pytest.raises(FieldError) as err:
         render(workspace({"preset": preset}), p.platform, owned(running), NOW, {})
     assert err.value.path == "spec.preset"
@@ -737,7 +737,7 @@ def test_a_placed_sandbox_cannot_leave_for_a_namespace_preset(
 
 @pytest.mark.parametrize("p", BOTH)
 def test_leaving_a_plane_is_not_advised_through_a_restore_that_cannot_work(p: Placement) -> None:
-    _, running = converge(p)
+    _, running = settled_in_plane(p)
     with pytest.raises(FieldError) as err:
         render(workspace({"preset": "gvisor"}), p.platform, owned(running), NOW, {})
     assert "restore" not in err.value.message
@@ -745,7 +745,7 @@ def test_leaving_a_plane_is_not_advised_through_a_restore_that_cannot_work(p: Pl
 
 
 def test_a_plane_is_also_known_from_the_secret_of_an_unannotated_provider_config() -> None:
-    _, running = converge(SHARED)
+    _, running = settled_in_plane(SHARED)
     access = running["plane-access"]
     bare = {
         **access,

@@ -14,7 +14,7 @@ from typing import Any
 from function.compose.names import EGRESS_LABEL
 from function.model import Manifest
 from function.policy import Environment, cozystack_baseline, cozystack_environment
-from tests.sandbox_namespace.world import ISOLATED_KATA, carried, converge
+from tests.sandbox_namespace.world import ISOLATED_KATA, carried, settled_in_namespace
 from tests.support import ROOT, load_stream
 
 GUARD: Manifest = load_stream(ROOT / "deploy" / "cilium-guard.yaml")[0]
@@ -23,7 +23,7 @@ POLICY_KINDS = ("CiliumNetworkPolicy", "NetworkPolicy")
 
 def pod_labels(preset: str, spec: dict[str, Any], name: str) -> dict[str, str]:
     """The labels of the sandbox's pod: a Sandbox's, or a VM's virt-launcher pod."""
-    out, _ = converge(preset, spec, name=name)
+    out, _ = settled_in_namespace(preset, spec, name=name)
     if preset == ISOLATED_KATA:
         return dict(carried(out, "sandbox")["spec"]["podTemplate"]["metadata"]["labels"])
     labels = carried(out, "vm")["spec"]["template"]["metadata"]["labels"]
@@ -32,7 +32,7 @@ def pod_labels(preset: str, spec: dict[str, Any], name: str) -> dict[str, str]:
 
 def policies(preset: str, spec: dict[str, Any], name: str) -> list[Manifest]:
     """What the settled sandbox carries into its namespace that Cilium or Kubernetes enforce."""
-    out, _ = converge(preset, spec, name=name)
+    out, _ = settled_in_namespace(preset, spec, name=name)
     return [
         carried(out, k)
         for k, m in out.resources.items()
@@ -57,7 +57,7 @@ def host_environment(
     env = replace(cozystack_environment(), policy_default_local_cluster=local)
     moved: dict[str, tuple[str, dict[str, str], dict[str, str]]] = {}
     for name in ("alice-api", "bob-frontend"):
-        out, _ = converge(preset, name=name)
+        out, _ = settled_in_namespace(preset, name=name)
         namespace = carried(out, "sandbox-namespace")["metadata"]
         labels = pod_labels(preset, {}, name)
         if name == "alice-api":

@@ -11,7 +11,14 @@ from function.compose.names import resolve, sandbox_namespace
 from function.model import parse
 from function.model.spec import WorkspaceSandbox
 from tests.cluster import applied
-from tests.sandbox_namespace.world import HOME, ISOLATED, ISOLATED_KATA, carried, converge, run
+from tests.sandbox_namespace.world import (
+    HOME,
+    ISOLATED,
+    ISOLATED_KATA,
+    carried,
+    run,
+    settled_in_namespace,
+)
 from tests.strategies import split_pairs, xr_names
 from tests.support import NAMESPACE, xr
 
@@ -74,7 +81,7 @@ def test_pairs_built_to_collide_get_two_namespaces(
 
 @pytest.mark.parametrize("preset", [ISOLATED, ISOLATED_KATA])
 def test_an_observed_sandbox_keeps_its_observed_namespace(preset: str) -> None:
-    settled, observed = converge(preset)
+    settled, observed = settled_in_namespace(preset)
     earlier = "sandbox-acme-alice-api-made-by-an-earlier-release"
     was = copy.deepcopy(observed)
     obj = was["sandbox-namespace"]

@@ -7,15 +7,14 @@ import pytest
 from function.errors import FieldError
 from function.render import render
 from tests.cluster import Observed, applied
-from tests.plane.provider import SHARED, plane_world
-from tests.plane.provider import converge as converge_in_plane
+from tests.plane.provider import SHARED, plane_world, settled_in_plane
 from tests.sandbox_namespace.world import (
     HOME,
     ISOLATED,
     ISOLATED_KATA,
     carried,
-    converge,
     run,
+    settled_in_namespace,
 )
 from tests.support import NOW, owned, platform, platform_input, workspace
 
@@ -34,9 +33,9 @@ def _in_the_tenants_namespace(preset: str) -> Observed:
 
 def _where(preset: str) -> Observed:
     if preset in (ISOLATED, ISOLATED_KATA):
-        return converge(preset)[1]
+        return settled_in_namespace(preset)[1]
     if preset == "shared-plane":
-        _, observed = converge_in_plane(SHARED)
+        _, observed = settled_in_plane(SHARED)
         return observed
     return _in_the_tenants_namespace(preset)
 
@@ -151,7 +150,7 @@ def test_a_sandbox_namespace_preset_with_an_instancetype_is_refused() -> None:
 
 def test_a_grown_disk_is_patched_in_the_sandbox_namespace_through_its_config() -> None:
     spec: dict[str, Any] = {"resources": {"disk": "20Gi"}}
-    _, observed = converge(ISOLATED, spec)
+    _, observed = settled_in_namespace(ISOLATED, spec)
     out = run(ISOLATED, {"resources": {"disk": "60Gi"}}, observed)
     grow = out.resources["workspace-volume-size"]
     assert grow["spec"]["managementPolicies"] == ["Observe", "Update"]

@@ -9,14 +9,14 @@ import yaml
 
 from function.compose.names import service_account_name
 from function.render import Rendered
-from tests.pod_security import all_violations
+from tests.render.pod_security import all_violations
 from tests.sandbox_namespace.world import (
     HOME,
     ISOLATED,
     ISOLATED_KATA,
     carried,
-    converge,
     objects,
+    settled_in_namespace,
     steps,
 )
 from tests.schemas import composed_errors, validate, validate_xrd_object
@@ -64,7 +64,7 @@ def _pod_spec(out: Rendered, preset: str) -> dict[str, Any]:
 def test_every_object_and_what_it_carries_is_schema_valid(
     preset: str, spec: dict[str, Any]
 ) -> None:
-    out, _ = converge(preset, spec)
+    out, _ = settled_in_namespace(preset, spec)
     kinds = {carried(out, k)["kind"] for k in objects(out)}
     assert {"Namespace", "ResourceQuota", "LimitRange", "CiliumNetworkPolicy"} <= kinds
     assert ("VirtualMachine" if preset == ISOLATED else "Sandbox") in kinds
@@ -78,7 +78,7 @@ def test_every_object_and_what_it_carries_is_schema_valid(
 def test_the_simulated_provider_reports_objects_the_api_server_would(
     preset: str, spec: dict[str, Any]
 ) -> None:
-    _, observed = converge(preset, spec)
+    _, observed = settled_in_namespace(preset, spec)
     for key, m in observed.items():
         if m["kind"] == "Object":
             assert validate(m) == [], key
@@ -86,7 +86,7 @@ def test_the_simulated_provider_reports_objects_the_api_server_would(
 
 
 def test_the_checks_would_catch_a_broken_render() -> None:
-    out, _ = converge(ISOLATED_KATA)
+    out, _ = settled_in_namespace(ISOLATED_KATA)
     broken = copy.deepcopy(out.resources)
     broken["sandbox-namespace"]["spec"]["readiness"] = {"policy": "DeriveFromCelQuery"}
     broken["namespace-quota"]["spec"]["forProvider"]["manifest"]["spec"]["hard"] = ["pods"]
@@ -97,7 +97,7 @@ def test_the_checks_would_catch_a_broken_render() -> None:
 
 @pytest.mark.parametrize("spec", SPECS)
 def test_the_kata_pod_passes_pod_security_restricted(spec: dict[str, Any]) -> None:
-    out, _ = converge(ISOLATED_KATA, spec)
+    out, _ = settled_in_namespace(ISOLATED_KATA, spec)
     account = carried(out, "service-account")["metadata"]
     assert account == {**account, "name": service_account_name(workspace()), "namespace": HOME}
     pod = _pod_spec(out, ISOLATED_KATA)
@@ -106,7 +106,7 @@ def test_the_kata_pod_passes_pod_security_restricted(spec: dict[str, Any]) -> No
 
 
 def test_a_pod_security_weakening_would_be_caught() -> None:
-    out, _ = converge(ISOLATED_KATA)
+    out, _ = settled_in_namespace(ISOLATED_KATA)
     pod = copy.deepcopy(_pod_spec(out, ISOLATED_KATA))
     pod["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = True
     assert all_violations(pod, service_account=pod.get("serviceAccountName")) != []
@@ -123,6 +123,6 @@ def test_the_status_is_what_the_xrd_allows(preset: str, spec: dict[str, Any]) ->
 
 
 def test_the_xrd_check_would_catch_a_bad_status() -> None:
-    out, _ = converge(ISOLATED)
+    out, _ = settled_in_namespace(ISOLATED)
     status = {**out.status, "sandboxNamespace": "x" * 64}
     assert validate_xrd_object(XRD, {**xr({"preset": ISOLATED}), "status": status}) != []

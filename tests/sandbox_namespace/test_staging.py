@@ -15,9 +15,9 @@ from tests.sandbox_namespace.world import (
     TENANT_LABEL,
     WORKLOAD,
     carried,
-    converge,
     objects,
     run,
+    settled_in_namespace,
     steps,
 )
 from tests.support import NAMESPACE, platform
@@ -85,7 +85,7 @@ def test_the_policies_wait_for_the_namespace(preset: str) -> None:
 def test_every_object_goes_through_the_sandbox_namespaces_config_into_the_namespace(
     preset: str,
 ) -> None:
-    out, _ = converge(preset)
+    out, _ = settled_in_namespace(preset)
     for key in objects(out):
         m = out.resources[key]
         assert m["spec"]["providerConfigRef"] == CONFIG, key
@@ -100,7 +100,7 @@ def test_every_object_goes_through_the_sandbox_namespaces_config_into_the_namesp
 @pytest.mark.parametrize("preset", PRESETS)
 def test_a_platform_names_its_own_config(preset: str) -> None:
     own = platform(sandboxNamespaces={"clusterProviderConfig": "sandbox-writer"})
-    out, _ = converge(preset, platform=own)
+    out, _ = settled_in_namespace(preset, platform=own)
     refs = {str(out.resources[k]["spec"]["providerConfigRef"]) for k in objects(out)}
     assert refs == {str({"kind": "ClusterProviderConfig", "name": "sandbox-writer"})}
 
@@ -128,7 +128,7 @@ def test_the_namespace_is_marked_as_the_tenants_sandbox_namespace_and_restricted
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_once_placed_nothing_leaves_when_an_object_turns_unready(preset: str) -> None:
-    settled, _ = converge(preset)
+    settled, _ = settled_in_namespace(preset)
     for key in objects(settled):
         for broken in (applied(settled, failed=[key]), applied(settled, hold=[key])):
             out = run(preset, observed=broken)
@@ -139,7 +139,7 @@ def test_once_placed_nothing_leaves_when_an_object_turns_unready(preset: str) ->
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_the_workload_outlives_neither_its_policies_nor_its_namespace(preset: str) -> None:
-    out, _ = converge(preset)
+    out, _ = settled_in_namespace(preset)
     workload = WORKLOAD[preset][0]
     uses = {
         k: (m["spec"]["of"]["resourceRef"]["name"], m["spec"]["by"]["resourceRef"]["name"])
@@ -195,7 +195,7 @@ NO_EXPOSURE = {"services": "1", "services.loadbalancers": "0", "services.nodepor
     ],
 )
 def test_the_quota_holds_one_sandbox_and_exposes_nothing(preset: str, hard: dict[str, str]) -> None:
-    out, _ = converge(preset)
+    out, _ = settled_in_namespace(preset)
     assert carried(out, "namespace-quota")["spec"] == {"hard": dict(sorted(hard.items()))}
     limits = carried(out, "namespace-limits")["spec"]["limits"]
     assert {"type": "PersistentVolumeClaim", "max": {"storage": "20Gi"}} in limits

@@ -11,7 +11,8 @@ from function.compose.names import sandbox_namespace
 from function.model import Manifest
 from function.model.platform import SandboxPlatform
 from function.render import Rendered, render
-from tests.cluster import Observed, applied
+from tests import cluster
+from tests.cluster import Observed
 from tests.support import NOW, PLATFORM, owned, workspace
 
 ISOLATED = "isolated"
@@ -53,19 +54,10 @@ def steps(
     platform: SandboxPlatform = PLATFORM,
 ) -> list[tuple[Rendered, Observed]]:
     """Each render with what it observed, from nothing until nothing changes."""
-    now: Observed = {}
-    seen: list[tuple[Rendered, Observed]] = []
-    for _ in range(8):
-        out = run(preset, spec, now, name=name, platform=platform)
-        seen.append((out, now))
-        after = applied(out)
-        if after == now:
-            return seen
-        now = after
-    raise AssertionError("the placement never settled")
+    return cluster.steps(lambda now: run(preset, spec, now, name=name, platform=platform))
 
 
-def converge(
+def settled_in_namespace(
     preset: str,
     spec: Mapping[str, Any] | None = None,
     *,

@@ -12,7 +12,7 @@ from e2b import (
     TimeoutException,
 )
 
-from tests.agent.sdk.conftest import Running, gone
+from tests.agent.sdk.agents import Running, gone
 
 
 def test_output_reaches_the_callbacks_while_the_command_runs(sandbox: Sandbox) -> None:

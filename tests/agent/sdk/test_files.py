@@ -22,7 +22,7 @@ from e2b.exceptions import (
     SandboxException,
 )
 
-from tests.agent.sdk.conftest import NOBODY, Running
+from tests.agent.sdk.agents import NOBODY, Running
 
 MIB = 1 << 20
 NOBODY_GROUP = grp.getgrgid(NOBODY.pw_gid).gr_name

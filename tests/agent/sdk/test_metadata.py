@@ -15,7 +15,7 @@ import pytest
 from e2b import FileType, Sandbox
 from e2b.exceptions import InvalidArgumentException
 
-from tests.agent.sdk.conftest import NOBODY, Running
+from tests.agent.sdk.agents import NOBODY, Running
 
 LABELS = {"Owner": "agent-7", "purpose": "notes for later"}
 STORED = {"owner": "agent-7", "purpose": "notes for later"}

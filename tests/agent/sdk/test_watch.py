@@ -15,7 +15,7 @@ import pytest
 from e2b import FilesystemEvent, FilesystemEventType, FileType, Sandbox
 from e2b.exceptions import NotFoundException, SandboxException
 
-from tests.agent.sdk.conftest import NOBODY, STREAM, Running, async_sandbox, envelope, envelopes
+from tests.agent.sdk.agents import NOBODY, STREAM, Running, async_sandbox, envelope, envelopes
 
 CREATE, CHMOD, WRITE = (
     FilesystemEventType.CREATE,

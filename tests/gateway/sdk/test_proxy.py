@@ -15,7 +15,7 @@ import httpx
 import pytest
 from e2b import Sandbox
 
-from tests.gateway.sdk.conftest import Gateway
+from tests.gateway.sdk.gateways import Gateway
 
 MIB = 1024 * 1024
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.gateway.sdk.conftest import API_KEY, GATEWAY
+from tests.gateway.sdk.gateways import API_KEY, GATEWAY
 
 DOMAIN = "e2b.localhost"
 PORT = 443

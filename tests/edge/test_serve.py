@@ -4,7 +4,6 @@ import datetime as dt
 import gc
 import ipaddress
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,6 +23,7 @@ from cryptography.x509.oid import NameOID
 
 from function.fn import FunctionRunner
 from function.main import cli
+from tests.ports import free_port
 from tests.support import request, results, wait_until_serving, xr
 
 EXE = Path(sys.executable).parent / "workspace-sandbox"
@@ -204,12 +204,6 @@ def test_a_file_that_is_not_pem_is_named(
     assert "fn" not in served
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _environ(certs_dir: Path | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "TLS_SERVER_CERTS_DIR"}
     if certs_dir:
@@ -243,7 +237,7 @@ def _client(certs: Path, *, with_cert: bool) -> grpc.ChannelCredentials:
 @pytest.fixture(scope="module")
 def mtls_address(certs: Path) -> Iterator[str]:
     """`serve` as Crossplane runs it: certificates from TLS_SERVER_CERTS_DIR, no flags."""
-    addr = f"127.0.0.1:{_free_port()}"
+    addr = f"127.0.0.1:{free_port()}"
     proc = subprocess.Popen(
         [str(EXE), "serve", "--address", addr],
         stdout=subprocess.PIPE,

@@ -1,7 +1,6 @@
 """End to end over real gRPC: `workspace-sandbox serve` as a subprocess, called like Crossplane."""
 
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,18 +14,13 @@ from crossplane.function.proto.v1 import run_function_pb2_grpc as grpcv1
 from crossplane.function.proto.v1beta1 import run_function_pb2 as fnv1beta1
 from crossplane.function.proto.v1beta1 import run_function_pb2_grpc as grpcv1beta1
 
+from tests.ports import free_port
 from tests.support import request, results, wait_until_serving, xr
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
 def address() -> Iterator[str]:
-    addr = f"127.0.0.1:{_free_port()}"
+    addr = f"127.0.0.1:{free_port()}"
     exe = Path(sys.executable).parent / "workspace-sandbox"
     proc = subprocess.Popen(
         [str(exe), "serve", "--insecure", "--address", addr],

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.pod_security import all_violations, restricted_violations, stricter_violations
+from tests.render.pod_security import all_violations, restricted_violations, stricter_violations
 from tests.schemas import validate
 
 IMAGE = "ghcr.io/example/agent@sha256:" + "0123456789abcdef" * 4

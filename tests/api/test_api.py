@@ -47,7 +47,7 @@ from function.model.spec import (
 from function.model.types import Bytes, Cidr, Cpu, IpAddress, TenantBytes, Time
 from tests import schemas
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 XRD = yaml.safe_load((ROOT / "apis" / "workspacesandbox" / "definition.yaml").read_text())
 INPUT_CRD = yaml.safe_load(
     (ROOT / "package" / "input" / "sandbox.fn.cozystack.io_sandboxplatforms.yaml").read_text()
