@@ -7,7 +7,8 @@ RPCs raise it as a `ConnectError`; the HTTP routes answer it as envd does, JSON
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
-# Connect's own table (E2B-COMPAT section 4), for the HTTP routes.
+# Connect's own table (connectrpc's `_error_to_http_status`) for the HTTP routes, but for envd's
+# answer to a full disk; tests/agent/test_upstream_protocol.py holds it to both.
 HTTP_STATUS = {
     Code.CANCELED: 499,
     Code.UNKNOWN: 500,
@@ -16,7 +17,8 @@ HTTP_STATUS = {
     Code.NOT_FOUND: 404,
     Code.ALREADY_EXISTS: 409,
     Code.PERMISSION_DENIED: 403,
-    Code.RESOURCE_EXHAUSTED: 507,  # envd's answer for a full disk on /files
+    # envd's answer for a full disk on /files (agent/spec/upstream/envd.yaml, NotEnoughDiskSpace)
+    Code.RESOURCE_EXHAUSTED: 507,
     Code.FAILED_PRECONDITION: 400,
     Code.ABORTED: 409,
     Code.OUT_OF_RANGE: 400,
