@@ -1,9 +1,10 @@
 """Suite-wide settings, and the guard that keeps the inner loop in-process.
 
 `scripts/check --fast` runs every test not marked `e2e`, `slow` or a real-component tier, and
-must stay fast: a test there that starts an agent, a gateway or an SDK's process fails, naming
-the process and the mark it needs. Every process a test (or a fixture it asks for) starts is
-checked, whatever starts it: `subprocess`, asyncio, or the local gateway's agents.
+must stay fast: in a run that leaves `e2e` out (`-m 'not e2e ...'`), a test that starts an
+agent, a gateway or an SDK's process fails, naming the process and the mark it needs. Every
+process a test (or a fixture it asks for) starts is checked, whatever starts it: `subprocess`,
+asyncio, or the local gateway's agents.
 """
 
 import re
@@ -43,7 +44,8 @@ def server_in(args: Any) -> str | None:
 
 @contextmanager
 def in_process_only(item: pytest.Item) -> Iterator[None]:
-    if any(item.get_closest_marker(name) for name in OUT_OF_LOOP):
+    inner_loop = "not e2e" in item.config.option.markexpr
+    if not inner_loop or any(item.get_closest_marker(name) for name in OUT_OF_LOOP):
         yield
         return
     started: list[str] = []

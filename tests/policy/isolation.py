@@ -1,5 +1,6 @@
 """The ground every isolation test stands on: Alice's and Bob's sandboxes on the Cozystack
-model, and the truth table of flows with the verdict DESIGN.md section 6 demands of each.
+model, and the truth table of flows with the verdict docs/security.md demands of each (its
+Invariants and Network isolation).
 """
 
 from dataclasses import replace

@@ -90,21 +90,76 @@ def test_the_first_commands_are_the_ones_ci_runs() -> None:
 
 
 def module_map() -> str:
+    """The module map's code block."""
     text = (ROOT / "docs" / "development.md").read_text()
     start = text.index("## Module map")
-    return text[start : text.index("\n## ", start + 1)]
+    (block,) = re.findall(
+        r"^```\n(.*?)^```", text[start : text.index("\n## ", start + 1)], re.M | re.S
+    )
+    return block
 
 
-@pytest.mark.parametrize(
-    "module",
-    sorted(
-        str(p.relative_to(ROOT))
-        for p in (ROOT / "function").rglob("*.py")
-        if p.name not in {"__init__.py", "__version__.py"}
-    ),
-)
-def test_the_module_map_names_every_module_of_the_function(module: str) -> None:
-    """Each module's file name stands in the map, under its folder's heading or in full."""
-    path = Path(module)
-    entry = re.compile(rf"(^|[\s,/]){re.escape(path.name)}(\s|,|$)", re.M)
-    assert entry.search(module_map()), f"docs/development.md's module map misses {module}"
+ENTRY = re.compile(r"[\w.-]+(/[\w.-]+)*(/|\.py)")
+ENTRY_INDENT = 12  # deeper lines go on with the entry above
+
+
+def entries(block: str) -> list[str]:
+    """Every path the map names, relative to the repository: a line's leading paths, under the
+    folder of the nearest line less indented (or at the root)."""
+    found: list[str] = []
+    folders: list[tuple[int, str]] = []
+    for line in block.splitlines():
+        indent = len(line) - len(line.lstrip())
+        if not line.strip() or indent >= ENTRY_INDENT:
+            continue
+        while folders and folders[-1][0] >= indent:
+            folders.pop()
+        parent = folders[-1][1] if folders else ""
+        named = []
+        for word in line.split():
+            if not ENTRY.fullmatch(token := word.rstrip(",")):
+                break
+            named.append(parent + token)
+        if named and named[-1].endswith("/"):
+            folders.append((indent, named[-1]))
+        found += named
+    return found
+
+
+def listed_folders() -> dict[str, set[str]]:
+    """Each folder the map opens (names something inside), with what it names there."""
+    opened: dict[str, set[str]] = {}
+    for path in entries(module_map()):
+        folder, _, name = path.rstrip("/").rpartition("/")
+        if folder:
+            opened.setdefault(folder + "/", set()).add(name + ("/" if path.endswith("/") else ""))
+    return opened
+
+
+def test_the_module_map_names_only_what_is_there() -> None:
+    named = entries(module_map())
+    assert len(named) > 100, named
+    missing = [path for path in named if not (ROOT / path).exists()]
+    assert not missing, f"docs/development.md's module map names what is gone: {missing}"
+
+
+def on_disk(folder: Path) -> set[str]:
+    """A folder's modules and subfolders, as the map names them."""
+    return {
+        p.name + ("/" if p.is_dir() else "")
+        for p in folder.iterdir()
+        if (p.is_dir() and p.name != "__pycache__")
+        or (p.suffix == ".py" and p.name != "__init__.py")
+    }
+
+
+@pytest.mark.parametrize("folder", sorted(listed_folders()))
+def test_a_folder_the_module_map_opens_is_listed_whole(folder: str) -> None:
+    """A folder the map lists anything of, it lists all of: a new module adds its line."""
+    unlisted = sorted(on_disk(ROOT / folder) - listed_folders()[folder])
+    assert not unlisted, f"docs/development.md's module map misses, in {folder}: {unlisted}"
+
+
+@pytest.mark.parametrize("folder", ["function/", "function/compose/", "tests/"])
+def test_the_module_map_opens_the_function_and_the_tests(folder: str) -> None:
+    assert folder in listed_folders()
