@@ -32,7 +32,7 @@ from workspace_agent.server import build_app
 from workspace_agent.state import Agent
 from workspace_agent.users import Users
 
-from tests.agent.sdk.conftest import TOKEN
+from tests.agent.sdk.agents import TOKEN
 from tests.support import ROOT
 
 UPSTREAM = ROOT / "agent" / "spec" / "upstream"
