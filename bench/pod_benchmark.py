@@ -31,7 +31,8 @@ from pathlib import Path
 import httpx
 
 from tests.boot import pod_host
-from tests.boot.pod_render import pods, settled
+from tests.boot.pod_render import pods
+from tests.placements import settled
 from tests.support import AGENT_PLATFORM, PLATFORM
 
 GOAL_SECONDS = 1.0

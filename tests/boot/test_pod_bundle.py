@@ -15,7 +15,8 @@ from function.model import Manifest
 from tests.boot import pod_bundle
 from tests.boot.pod_bundle import Host, UnsupportedError, translate
 from tests.boot.pod_host import SECCOMP
-from tests.boot.pod_render import POD_PRESETS, pods, settled
+from tests.boot.pod_render import POD_PRESETS, pods
+from tests.placements import settled
 from tests.schemas.quantity import parse_quantity
 from tests.support import AGENT_PLATFORM, PLATFORM
 

@@ -15,7 +15,8 @@ import pytest
 
 from function.model.platform import SandboxPlatform
 from tests.boot import pod_host
-from tests.boot.pod_render import pods, settled
+from tests.boot.pod_render import pods
+from tests.placements import settled
 from tests.support import AGENT_PLATFORM, PLATFORM
 
 pytestmark = pytest.mark.pod
