@@ -41,7 +41,7 @@ from function.compose.service_account import KEY as SERVICE_ACCOUNT_KEY
 from function.compose.sizing import Size, size
 from function.compose.status import Waiting
 from function.compose.workload import Build, Workload
-from function.compose.workspace_volume import GROW_KEY
+from function.compose.workloads.kubevirt.workspace_volume import GROW_KEY
 from function.errors import FieldError
 from function.model import Manifest, Observed
 from function.model.platform import Image, Preset, SandboxPlatform

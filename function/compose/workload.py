@@ -17,6 +17,14 @@ from function.model import Manifest, Observed
 from function.model.platform import Image, Preset, SandboxPlatform
 from function.model.spec import WorkspaceSandbox
 
+# The guest account on a new VM's disk, and on one an earlier release made; the annotation that
+# records it on the VM, its disk and the disk's snapshots. Here beside the protocol, not with the
+# VM: snapshots record it, and a restore checks it, whichever kind took the snapshot.
+USER = "user"
+LEGACY_USER = "sandbox"
+ACCOUNTS = (USER, LEGACY_USER)
+GUEST_USER = "sandbox.cozystack.io/guest-user"
+
 
 @dataclass(frozen=True)
 class Origin:

@@ -24,9 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from function.compose.cloud_init import LEGACY_USER, MAX_BYTES, USER, WORKSPACE, user_data
 from function.compose.sizing import size
-from function.compose.virtual_machine import virtual_machine
+from function.compose.workload import LEGACY_USER, USER
+from function.compose.workloads.kubevirt.cloud_init import MAX_BYTES, WORKSPACE, user_data
+from function.compose.workloads.kubevirt.virtual_machine import virtual_machine
 from function.model.platform import SandboxPlatform
 from tests.support import AGENT_PLATFORM, PLATFORM, ROOT, workspace
 

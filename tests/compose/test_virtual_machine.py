@@ -3,10 +3,10 @@ from typing import Any
 
 import pytest
 
-from function.compose.account import guest_account
 from function.compose.names import workspace_volume_name
 from function.compose.sizing import size
-from function.compose.virtual_machine import virtual_machine
+from function.compose.workloads.kubevirt.account import guest_account
+from function.compose.workloads.kubevirt.virtual_machine import virtual_machine
 from function.errors import FieldError
 from function.model import parse
 from function.model.platform import Preset, SandboxPlatform

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from function.compose.readiness import is_ready
-from function.compose.workloads.agent_sandbox import RETRY_GRACE, AgentSandbox
+from function.compose.workloads.agent_sandbox.workload import RETRY_GRACE, AgentSandbox
 from tests.control_plane.agent_sandbox import USER, start_agent_sandbox
 from tests.control_plane.install import Installed
 from tests.control_plane.replay import clean

@@ -5,12 +5,12 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from function.compose import account, virtual_machine, workspace_volume
 from function.compose.conditions import RUNNING, Condition, Progress, done, not_created, pending
 from function.compose.names import claim_name
 from function.compose.observed import condition, dig, requested_storage
 from function.compose.readiness import DISK_READY_PHASES
 from function.compose.workload import Build, Origin
+from function.compose.workloads.kubevirt import account, virtual_machine, workspace_volume
 from function.model import Manifest, Observed
 from function.model.platform import SandboxPlatform
 from function.model.spec import WorkspaceSandbox

@@ -5,12 +5,13 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from function.compose import sandbox, workspace_claim
+from function.compose import workspace_claim
 from function.compose.conditions import RUNNING, Progress, done, not_created, pending
 from function.compose.names import claim_name
 from function.compose.observed import condition
 from function.compose.service_account import service_account
 from function.compose.workload import Build, Origin
+from function.compose.workloads.agent_sandbox import sandbox
 from function.model import Manifest, Observed
 from function.model.platform import SandboxPlatform
 from function.model.spec import WorkspaceSandbox
