@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from function.compose import agent, ownership, placement, sandbox_namespace
+from function.compose import agent, ownership
 from function.compose.lifetime import DEFAULT_TTL_SECONDS, lifetime
 from function.compose.names import resolve
-from function.compose.never_moves import lives_on, same_runtime
+from function.compose.placements import compute_plane, namespace, sandbox_namespace
+from function.compose.placements.never_moves import lives_on, same_runtime
 from function.compose.readiness import readiness
 from function.compose.requirement import Requirements
 from function.compose.status import Condition, workspace_status
@@ -22,7 +23,7 @@ from function.model.spec import WorkspaceSandbox
 
 AGENT_NOT_CONFIGURED = "AgentNotConfigured"
 _PLACE = {
-    "Namespace": placement.in_namespace,
+    "Namespace": namespace.in_namespace,
     "SandboxNamespace": sandbox_namespace.in_sandbox_namespace,
 }
 
@@ -63,7 +64,7 @@ def render(
     life = lifetime(ws, preset_name, preset, now)
     if life.expired:
         ws = ws.model_copy(update={"spec": ws.spec.model_copy(update={"power": "Suspended"})})
-    place = _PLACE.get(preset.placement, placement.in_plane)
+    place = _PLACE.get(preset.placement, compute_plane.in_plane)
     placed = place(
         ws,
         preset_name=preset_name,

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from function.compose import (
     names,
     network_policy,
-    plane,
     service,
     service_account,
     snapshots,
@@ -31,6 +30,7 @@ from function.compose.names import (
     snapshot_name,
     workspace_volume_name,
 )
+from function.compose.placements import plane
 from function.compose.workloads.agent_sandbox import sandbox
 from function.compose.workloads.kubevirt import virtual_machine, workspace_volume
 from function.compose.workloads.plane_statefulset import statefulset

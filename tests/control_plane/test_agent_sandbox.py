@@ -240,7 +240,7 @@ class Rendered:
 
     def set_mode(self, mode: str) -> None:
         """What Crossplane writes when the function renders `operatingMode: mode` (the only
-        field `spec.power` changes in the Sandbox, `compose/sandbox.py`)."""
+        field `spec.power` changes in the Sandbox, `compose/workloads/agent_sandbox/sandbox.py`)."""
         sandbox = self.stored()
         sandbox["spec"]["operatingMode"] = mode
         status, answer = self.as_crossplane("PUT", path_of(self.plane, sandbox), sandbox)

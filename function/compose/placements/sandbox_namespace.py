@@ -21,7 +21,7 @@ from function.compose.disk_size import never_shrinks, resize_warnings
 from function.compose.kubernetes_object import unwrap
 from function.compose.names import SANDBOX_NAMESPACE_KEY, labels, sandbox_namespace
 from function.compose.network_policy import CILIUM_KEY, KUBERNETES_KEY, network_policies
-from function.compose.placement import (
+from function.compose.placements.placement import (
     OBJECT,
     POD_SECURITY,
     Placement,
@@ -32,7 +32,7 @@ from function.compose.placement import (
     short_grace,
     staged,
 )
-from function.compose.plane_guards import usages
+from function.compose.placements.plane_guards import usages
 from function.compose.pod import container_resources
 from function.compose.readiness import is_ready
 from function.compose.service import KEY as SERVICE_KEY

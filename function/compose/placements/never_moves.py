@@ -4,9 +4,10 @@ Its disk stays on the runtime it was made on (a VM's DataVolume, a pod's claim, 
 and a placed sandbox stays in the plane it was placed in.
 """
 
-from function.compose import plane, workspace_claim
+from function.compose import workspace_claim
 from function.compose.names import plane_name
 from function.compose.observed import dig
+from function.compose.placements import plane
 from function.compose.workloads.agent_sandbox import sandbox
 from function.compose.workloads.kubevirt import workspace_volume
 from function.errors import FieldError
