@@ -92,7 +92,7 @@ def in_plane(
     )
     inside = unwrap(observed)
     runs = workloads.of(preset, inside)
-    sized = size(ws, preset_name, preset, image)
+    sized = size(ws, preset_name, preset, image, by_instancetype=runs.sized_by_instancetype(preset))
     never_shrinks(ws, sized, runs, inside)
     warnings = resize_warnings(ws, sized, runs, inside, platform)
     resources = {**target.resources, **plane.host_guards(ws, preset, platform, target.name)}
@@ -177,8 +177,8 @@ def _contents(
         **guard,
         QUOTA_KEY: _quota(ws, preset, size),
         LIMITS_KEY: _limits(ws, preset, size),
-        **network_policies(ws, preset, unbased),
-        **service(ws, preset, platform),
+        **network_policies(ws, preset, unbased, ssh=runs.serves_ssh),
+        **service(ws, platform, ssh=runs.serves_ssh),
         **pod,
         runs.key: short_grace(pod[runs.key]),
         **snapshots.volume_snapshots(ws, preset_name, preset, runs, inside),

@@ -32,15 +32,22 @@ def in_namespace(
     """The workload in the tenant's namespace, its disk made once a restore's snapshot is ready."""
     runs = workloads.of(preset, observed)
     source = restore(ws, runs, observed, required)
-    sized = size(ws, preset_name, preset, image, source.min_disk)
+    sized = size(
+        ws,
+        preset_name,
+        preset,
+        image,
+        source.min_disk,
+        by_instancetype=runs.sized_by_instancetype(preset),
+    )
     never_shrinks(ws, sized, runs, observed)
     warnings = resize_warnings(ws, sized, runs, observed, platform)
     account = runs.guest_account(observed, source.account)
     resources: dict[str, Manifest] = {}
     if source.waiting is None:
         resources |= runs.compose(Build(ws, preset, platform, image, sized, observed, account))
-    resources |= service(ws, preset, platform)
-    resources |= network_policies(ws, preset, platform)
+    resources |= service(ws, platform, ssh=runs.serves_ssh)
+    resources |= network_policies(ws, preset, platform, ssh=runs.serves_ssh)
     resources |= volume_snapshots(ws, preset_name, preset, runs, observed, account)
     waiting = None
     if source.waiting is not None:
