@@ -8,13 +8,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from function.compose import agent, ownership, placement, sandbox_namespace
+from function.compose import agent, ownership, workloads
 from function.compose.lifetime import DEFAULT_TTL_SECONDS, lifetime
 from function.compose.names import resolve
-from function.compose.never_moves import lives_on, same_runtime
+from function.compose.placements import compute_plane, namespace, sandbox_namespace
+from function.compose.placements.never_moves import lives_on, same_runtime
 from function.compose.readiness import readiness
 from function.compose.requirement import Requirements
 from function.compose.status import Condition, workspace_status
+from function.compose.workload import Workload
 from function.errors import FieldError
 from function.model import Manifest, Observed
 from function.model.platform import Preset, SandboxPlatform
@@ -22,7 +24,7 @@ from function.model.spec import WorkspaceSandbox
 
 AGENT_NOT_CONFIGURED = "AgentNotConfigured"
 _PLACE = {
-    "Namespace": placement.in_namespace,
+    "Namespace": namespace.in_namespace,
     "SandboxNamespace": sandbox_namespace.in_sandbox_namespace,
 }
 
@@ -58,12 +60,13 @@ def render(
     preset_name, preset = platform.preset(ws.spec.preset)
     image = platform.image(ws.spec.image)
     ws = resolve(ws, observed)
-    same_runtime(preset_name, preset, observed)
-    ignored = _ssh_needs_a_vm(ws, preset_name, preset, platform, observed)
+    kind = workloads.kind_of(preset)
+    same_runtime(preset_name, preset, kind, observed)
+    ignored = _ssh_needs_a_vm(ws, preset_name, preset, platform, observed, kind=kind)
     life = lifetime(ws, preset_name, preset, now)
     if life.expired:
         ws = ws.model_copy(update={"spec": ws.spec.model_copy(update={"power": "Suspended"})})
-    place = _PLACE.get(preset.placement, placement.in_plane)
+    place = _PLACE.get(preset.placement, compute_plane.in_plane)
     placed = place(
         ws,
         preset_name=preset_name,
@@ -88,7 +91,7 @@ def render(
     )
     asks = placed.requirements | ownership.vacancies(ws, placed.resources, observed, required)
     notices = {}
-    if preset.runtime == "kubevirt" and platform.agent is None:
+    if kind.agent_from_input and platform.agent is None:
         notices[AGENT_NOT_CONFIGURED] = agent.not_configured(preset_name, platform)
     return Rendered(
         resources=placed.resources,
@@ -110,13 +113,15 @@ def _ssh_needs_a_vm(
     preset: Preset,
     platform: SandboxPlatform,
     observed: Observed,
+    *,
+    kind: type[Workload],
 ) -> list[str]:
     """SSH keys reach only a VM (cloud-init installs them); a pod would silently ignore them.
 
     A new sandbox is refused. One that exists (made before keys were refused for pods) keeps
     being reconciled, so that its power and deadline still apply, and is warned instead.
     """
-    if not ws.spec.ssh.authorized_keys or preset.runtime == "kubevirt":
+    if not ws.spec.ssh.authorized_keys or kind.serves_ssh:
         return []
     what = (
         f"preset {preset_name!r} runs the sandbox in a pod (runtime {preset.runtime}), which "
@@ -124,7 +129,7 @@ def _ssh_needs_a_vm(
     )
     if lives_on(observed) is not None:
         return [f"spec.ssh.authorizedKeys: {what}; the keys are ignored, remove them"]
-    vms = sorted(n for n, p in platform.presets.items() if p.runtime == "kubevirt")
+    vms = sorted(n for n, p in platform.presets.items() if workloads.kind_of(p).serves_ssh)
     instead = f", or create the sandbox with a preset that runs a VM: {', '.join(vms)}"
     raise FieldError(
         "spec.ssh.authorizedKeys",

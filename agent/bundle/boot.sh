@@ -2,10 +2,10 @@
 # boot.sh PORT USER ROOT: starts the agent in a VM, from the agent's disk.
 #
 # The VM's cloud-init runs this on every boot, as root, from the disk mounted read-only under
-# /run (function/compose/cloud_init.py). It writes the agent's two systemd units into
-# /run/systemd/system, which is root's and empty at every boot, so no unit outlives the disk
-# that holds its program, and starts them without waiting: cloud-init is still running, and the
-# service is ordered after it.
+# /run (function/compose/workloads/kubevirt/cloud_init.py). It writes the agent's two systemd
+# units into /run/systemd/system, which is root's and empty at every boot, so no unit outlives
+# the disk that holds its program, and starts them without waiting: cloud-init is still
+# running, and the service is ordered after it.
 #
 # The socket unit makes systemd the owner of the agent's port, from now until the VM stops: it
 # passes the listening socket to the agent (socket activation), and holds it while the agent

@@ -139,8 +139,8 @@ def ingress_denies(platform: SandboxPlatform) -> list[dict[str, Any]]:
     return [{"fromEntities": DENIED_SOURCE_ENTITIES}, {"fromEndpoints": not_gateway}]
 
 
-def _ports(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform) -> list[int]:
-    reserved = reserved_ports(ws, preset, platform).values()
+def _ports(ws: WorkspaceSandbox, platform: SandboxPlatform, *, ssh: bool) -> list[int]:
+    reserved = reserved_ports(ws, platform, ssh=ssh).values()
     return sorted({*reserved, *(p.port for p in ws.spec.ports)})
 
 
@@ -343,14 +343,15 @@ def _allowlist_denies(ws: WorkspaceSandbox, platform: SandboxPlatform) -> list[d
     return denies
 
 
-def _cilium_policy(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform) -> Manifest:
+def _cilium_policy(
+    ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform, open_ports: list[int]
+) -> Manifest:
     identity = identity_labels(ws)
     deny_egress = egress_denies(platform.network.denied_cidrs, cluster_dns=preset.cluster_dns)
     if ws.spec.network.egress == "None":
         deny_egress = [{"toEntities": ["all"]}]
     elif ws.spec.network.egress == "Allowlist" and platform.network.namespaces_allow_internet:
         deny_egress += _allowlist_denies(ws, platform)
-    open_ports = _ports(ws, preset, platform)
     ports = [{"port": str(p), "protocol": "TCP"} for p in open_ports]
     # The baseline lets the cluster in on every port and protocol; the gateway gets only our
     # ports, over TCP (ICMP from it is the guard's to deny).
@@ -423,13 +424,15 @@ def _kubernetes_egress(
     return rules
 
 
-def _kubernetes_policy(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform) -> Manifest:
+def _kubernetes_policy(
+    ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform, open_ports: list[int]
+) -> Manifest:
     gateway = platform.gateway
     source = {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": gateway.namespace}},
         "podSelector": {"matchLabels": dict(sorted(gateway.pod_labels.items()))},
     }
-    ports = [{"port": p, "protocol": "TCP"} for p in _ports(ws, preset, platform)]
+    ports = [{"port": p, "protocol": "TCP"} for p in open_ports]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -444,10 +447,12 @@ def _kubernetes_policy(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPl
 
 
 def network_policies(
-    ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform
+    ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform, *, ssh: bool
 ) -> dict[str, Manifest]:
+    """`ssh`: whether the workload serves SSH (`Workload.serves_ssh`), so port 22 is its own."""
     check_allow(ws, platform)
-    out = {KUBERNETES_KEY: _kubernetes_policy(ws, preset, platform)}
+    ports = _ports(ws, platform, ssh=ssh)
+    out = {KUBERNETES_KEY: _kubernetes_policy(ws, preset, platform, ports)}
     if platform.network.cilium:
-        out[CILIUM_KEY] = _cilium_policy(ws, preset, platform)
+        out[CILIUM_KEY] = _cilium_policy(ws, preset, platform, ports)
     return out

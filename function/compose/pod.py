@@ -71,7 +71,9 @@ def _security_context(preset: Preset) -> dict[str, Any]:
 def _container(
     ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform, image: str, size: Size
 ) -> dict[str, Any]:
-    ports = {**reserved_ports(ws, preset, platform), **{p.name: p.port for p in ws.spec.ports}}
+    # Nothing delivers SSH keys into a pod, which serves no SSH.
+    reserved = reserved_ports(ws, platform, ssh=False)
+    ports = {**reserved, **{p.name: p.port for p in ws.spec.ports}}
     return {
         "name": "sandbox",
         "image": image,

@@ -12,10 +12,9 @@ from decimal import Decimal
 from typing import Any
 
 from function.compose import ownership
-from function.compose.cloud_init import ACCOUNTS, GUEST_USER, LEGACY_USER
 from function.compose.observed import dig
 from function.compose.requirement import Requirements, require
-from function.compose.workload import Workload
+from function.compose.workload import ACCOUNTS, GUEST_USER, LEGACY_USER, Workload
 from function.errors import FieldError
 from function.model import Manifest, Observed
 from function.model.quantity import parse_bytes

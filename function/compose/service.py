@@ -5,23 +5,21 @@ from typing import Any
 from function.compose.names import SERVICE_KEY, identity_labels, labels, sandbox_name
 from function.errors import FieldError
 from function.model import Manifest
-from function.model.platform import Preset, SandboxPlatform
+from function.model.platform import SandboxPlatform
 from function.model.spec import WorkspaceSandbox
 
 KEY = SERVICE_KEY
 SSH_PORT = 22
 
 
-def reserved_ports(
-    ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform
-) -> dict[str, int]:
-    """Ports the sandbox always exposes: the agent, and SSH on a VM given keys.
+def reserved_ports(ws: WorkspaceSandbox, platform: SandboxPlatform, *, ssh: bool) -> dict[str, int]:
+    """Ports the sandbox always exposes: the agent, and SSH where it is served and given keys.
 
-    Only a VM receives the keys (cloud-init installs them) and runs an SSH server; nothing
-    delivers them into a pod, so port 22 is never opened for one.
+    `ssh` is the workload's `serves_ssh`: only a VM receives the keys (cloud-init installs them)
+    and runs an SSH server; nothing delivers them into a pod, so port 22 is never opened for one.
     """
     reserved = {"agent": platform.gateway.agent_port}
-    if ws.spec.ssh.authorized_keys and preset.runtime == "kubevirt":
+    if ws.spec.ssh.authorized_keys and ssh:
         reserved["ssh"] = SSH_PORT
     return reserved
 
@@ -30,8 +28,9 @@ def _port(name: str, port: int) -> dict[str, Any]:
     return {"name": name, "port": port, "protocol": "TCP", "targetPort": port}
 
 
-def service(ws: WorkspaceSandbox, preset: Preset, platform: SandboxPlatform) -> dict[str, Manifest]:
-    reserved = reserved_ports(ws, preset, platform)
+def service(ws: WorkspaceSandbox, platform: SandboxPlatform, *, ssh: bool) -> dict[str, Manifest]:
+    """`ssh`: whether the workload serves SSH (`Workload.serves_ssh`)."""
+    reserved = reserved_ports(ws, platform, ssh=ssh)
     for i, p in enumerate(ws.spec.ports):
         if p.name in reserved:
             raise FieldError(f"spec.ports[{i}].name", f"{p.name!r} is reserved by the platform")

@@ -36,9 +36,15 @@ def size(
     preset: Preset,
     image: Image,
     restore_size: Decimal | None = None,
+    *,
+    by_instancetype: bool,
 ) -> Size:
+    """`by_instancetype`: whether an instance type sizes CPU and memory instead of the tenant.
+
+    The workload's answer (`Workload.sized_by_instancetype`).
+    """
     want, bounds = ws.spec.resources, preset.resources
-    if preset.kubevirt.instancetype is not None and preset.runtime == "kubevirt":
+    if by_instancetype:
         for field in ("cpu", "memory"):
             if getattr(want, field) is not None:
                 raise FieldError(

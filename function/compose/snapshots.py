@@ -9,10 +9,9 @@ snapshot was taken is recorded on the snapshot itself, since nothing observed la
 and so is a VM disk's guest account, which a VM restored from it keeps.
 """
 
-from function.compose.cloud_init import GUEST_USER
 from function.compose.names import labels, snapshot_name
 from function.compose.observed import dig, keep_observed_spec
-from function.compose.workload import Workload
+from function.compose.workload import GUEST_USER, Workload
 from function.model import Manifest, Observed
 from function.model.platform import Preset
 from function.model.spec import WorkspaceSandbox

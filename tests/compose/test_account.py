@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from function.compose.account import guest_account
+from function.compose.workloads.kubevirt.account import guest_account
 from function.errors import FieldError
 from function.render import Rendered, render
 from tests.support import AGENT_PLATFORM, NAMESPACE, NOW, owned, owner_reference, workspace

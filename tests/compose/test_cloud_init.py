@@ -24,9 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from function.compose.cloud_init import LEGACY_USER, MAX_BYTES, USER, WORKSPACE, user_data
 from function.compose.sizing import size
-from function.compose.virtual_machine import virtual_machine
+from function.compose.workload import LEGACY_USER, USER
+from function.compose.workloads.kubevirt.cloud_init import MAX_BYTES, WORKSPACE, user_data
+from function.compose.workloads.kubevirt.virtual_machine import virtual_machine
+from function.compose.workloads.kubevirt.workload import VirtualMachine
 from function.model.platform import SandboxPlatform
 from tests.support import AGENT_PLATFORM, PLATFORM, ROOT, workspace
 
@@ -61,7 +63,8 @@ def boot_command(
     ws = workspace({"ssh": {"authorizedKeys": keys}})
     preset = platform.presets["standard"].model_copy(update={"cluster_dns": cluster_dns})
     image = platform.images["ubuntu-24.04"]
-    sized = size(ws, "standard", preset, image)
+    by_instancetype = VirtualMachine().sized_by_instancetype(preset)
+    sized = size(ws, "standard", preset, image, by_instancetype=by_instancetype)
     vm = virtual_machine(ws, preset, platform, sized, account)["vm"]
     volumes = vm["spec"]["template"]["spec"]["volumes"]
     (user_data,) = [v["cloudInitNoCloud"]["userData"] for v in volumes if "cloudInitNoCloud" in v]

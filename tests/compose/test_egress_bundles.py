@@ -5,11 +5,13 @@ from typing import Any
 import pytest
 
 from function.compose.network_policy import network_policies
+from function.compose.workloads import kind_of
 from function.errors import FieldError
 from function.model.platform import SandboxPlatform
 from tests.support import PLATFORM, platform, platform_input, workspace
 
 PRESET = PLATFORM.presets["standard"]
+SSH = kind_of(PRESET).serves_ssh
 REGISTRIES: list[dict[str, Any]] = platform_input()["network"]["egressBundles"][
     "package-registries"
 ]
@@ -32,7 +34,7 @@ def allowlist(*entries: dict[str, Any]) -> dict[str, Any]:
 
 
 def policies(spec: dict[str, Any], p: SandboxPlatform) -> dict[str, Any]:
-    return network_policies(workspace(spec), PRESET, p)
+    return network_policies(workspace(spec), PRESET, p, ssh=SSH)
 
 
 def refusal(spec: dict[str, Any], p: SandboxPlatform = PLATFORM) -> str:

@@ -11,15 +11,10 @@ from hypothesis import strategies as st
 from function.compose import (
     names,
     network_policy,
-    plane,
-    sandbox,
     service,
     service_account,
     snapshots,
-    statefulset,
-    virtual_machine,
     workspace_claim,
-    workspace_volume,
 )
 from function.compose.names import (
     MAX_NAME,
@@ -35,6 +30,10 @@ from function.compose.names import (
     snapshot_name,
     workspace_volume_name,
 )
+from function.compose.placements import plane
+from function.compose.workloads.agent_sandbox import sandbox
+from function.compose.workloads.kubevirt import virtual_machine, workspace_volume
+from function.compose.workloads.plane_statefulset import statefulset
 from function.model import parse
 from function.model.spec import WorkspaceSandbox
 from tests.legacy_names import legacy, legacy_hash_collision

@@ -6,6 +6,7 @@ from hypothesis import given
 from function.compose.guard import guard_policy
 from function.compose.names import new_identity
 from function.compose.network_policy import DENIED_ENTITIES, network_policies
+from function.compose.workloads import kind_of
 from function.model import parse
 from function.model.address import ip_text
 from function.model.blocklist import DENY_V4, DENY_V6
@@ -15,6 +16,7 @@ from tests.support import PLATFORM, platform, platform_input, workspace
 
 STANDARD = platform_input()["presets"]["standard"]
 PRESET = PLATFORM.presets["standard"]
+SSH = kind_of(PRESET).serves_ssh
 CLUSTER_DNS = parse(Preset, {**STANDARD, "clusterDns": True}, "input.presets.standard")
 # A cluster whose namespaces don't already allow internet egress: allow-lists work by name.
 OPEN = platform(network={**platform_input()["network"], "namespacesAllowInternet": False})
@@ -23,7 +25,7 @@ OPEN = platform(network={**platform_input()["network"], "namespacesAllowInternet
 def policies(
     spec: dict[str, Any], preset: Preset = PRESET, p: SandboxPlatform = PLATFORM
 ) -> dict[str, Any]:
-    return network_policies(workspace(spec), preset, p)
+    return network_policies(workspace(spec), preset, p, ssh=kind_of(preset).serves_ssh)
 
 
 def cilium(
@@ -57,7 +59,7 @@ def test_site_ranges_join_the_address_denies_in_both_policies() -> None:
             "siteDenyCidrs": ["185.12.64.0/22", "2a01:4f8::/32"],
         }
     )
-    out = network_policies(workspace({}), PRESET, site)
+    out = network_policies(workspace({}), PRESET, site, ssh=SSH)
     cidrs = [c["cidr"] for c in out["cilium-policy"]["spec"]["egressDeny"][2]["toCIDRSet"]]
     assert cidrs[-2:] == ["185.12.64.0/22", "2a01:4f8::/32"]
     v4, v6 = out["network-policy"]["spec"]["egress"][0]["to"]
@@ -238,13 +240,13 @@ def test_ingress_only_from_gateway_pods_on_the_sandbox_ports() -> None:
 
 def test_without_cilium_only_the_plain_policy_is_rendered() -> None:
     no_cilium = platform(network={**platform_input()["network"], "cilium": False})
-    assert sorted(network_policies(workspace({}), PRESET, no_cilium)) == ["network-policy"]
+    assert sorted(network_policies(workspace({}), PRESET, no_cilium, ssh=SSH)) == ["network-policy"]
 
 
 @given(spec=specs)
 def test_exactly_one_cilium_policy_selects_the_sandbox_identity(spec: dict[str, Any]) -> None:
     ws = workspace(spec)
-    out = network_policies(ws, PRESET, PLATFORM)
+    out = network_policies(ws, PRESET, PLATFORM, ssh=SSH)
     selecting = [m for m in out.values() if m["kind"] == "CiliumNetworkPolicy"]
     assert len(selecting) == 1
     assert selecting[0]["spec"]["endpointSelector"] == {

@@ -3,6 +3,7 @@
 import pytest
 
 from function.compose.service import reserved_ports, service
+from function.compose.workloads import kind_of
 from tests.strategies import KEYS
 from tests.support import PLATFORM, workspace
 
@@ -25,10 +26,12 @@ def test_port_22_opens_only_on_a_vm_given_keys(
 ) -> None:
     # render refuses keys on a pod preset first; this is the second line, should that change.
     ws = workspace({"ssh": {"authorizedKeys": keys}})
-    assert reserved_ports(ws, PLATFORM.presets[preset], PLATFORM) == want
+    ssh = kind_of(PLATFORM.presets[preset]).serves_ssh
+    assert reserved_ports(ws, PLATFORM, ssh=ssh) == want
 
 
 def test_a_pod_may_publish_port_22_itself() -> None:
     ws = workspace({"preset": "kata", "ports": [{"name": "ssh", "port": 22}]})
-    ports = service(ws, PLATFORM.presets["kata"], PLATFORM)["service"]["spec"]["ports"]
+    ssh = kind_of(PLATFORM.presets["kata"]).serves_ssh
+    ports = service(ws, PLATFORM, ssh=ssh)["service"]["spec"]["ports"]
     assert [(p["name"], p["port"]) for p in ports] == [("agent", AGENT), ("ssh", 22)]

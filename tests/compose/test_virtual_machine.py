@@ -3,10 +3,11 @@ from typing import Any
 
 import pytest
 
-from function.compose.account import guest_account
 from function.compose.names import workspace_volume_name
 from function.compose.sizing import size
-from function.compose.virtual_machine import virtual_machine
+from function.compose.workloads.kubevirt.account import guest_account
+from function.compose.workloads.kubevirt.virtual_machine import virtual_machine
+from function.compose.workloads.kubevirt.workload import VirtualMachine
 from function.errors import FieldError
 from function.model import parse
 from function.model.platform import Preset, SandboxPlatform
@@ -36,7 +37,10 @@ def vm(
     ws, p = workspace(spec), p or platform.presets["standard"]
     image = platform.images["ubuntu-24.04"]
     account = guest_account(owned(observed))
-    return virtual_machine(ws, p, platform, size(ws, "standard", p, image), account)["vm"]
+    sized = size(
+        ws, "standard", p, image, by_instancetype=VirtualMachine().sized_by_instancetype(p)
+    )
+    return virtual_machine(ws, p, platform, sized, account)["vm"]
 
 
 def boot_command(manifest: dict[str, Any]) -> list[str]:

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from function.compose.readiness import is_ready
-from function.compose.workloads.agent_sandbox import RETRY_GRACE, AgentSandbox
+from function.compose.workloads.agent_sandbox.workload import RETRY_GRACE, AgentSandbox
 from tests.control_plane.agent_sandbox import USER, start_agent_sandbox
 from tests.control_plane.install import Installed
 from tests.control_plane.replay import clean
@@ -240,7 +240,7 @@ class Rendered:
 
     def set_mode(self, mode: str) -> None:
         """What Crossplane writes when the function renders `operatingMode: mode` (the only
-        field `spec.power` changes in the Sandbox, `compose/sandbox.py`)."""
+        field `spec.power` changes in the Sandbox, `compose/workloads/agent_sandbox/sandbox.py`)."""
         sandbox = self.stored()
         sandbox["spec"]["operatingMode"] = mode
         status, answer = self.as_crossplane("PUT", path_of(self.plane, sandbox), sandbox)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from function.compose.plane import SECRET_REQUIREMENT
+from function.compose.placements.plane import SECRET_REQUIREMENT
 from function.render import render
 from tests.deploy.admission import verdict
 from tests.deploy.install import CROSSPLANE, TENANT, TENANT_NAMESPACE, find

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from function.compose import sandbox_namespace
+from function.compose.placements import sandbox_namespace
 from function.model import Manifest
 from function.render import Rendered, render
 from tests.cluster import applied

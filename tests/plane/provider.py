@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from function.compose import plane as compose_plane
 from function.compose.names import (
     new_identity,
     plane_name,
@@ -20,6 +19,7 @@ from function.compose.names import (
     provider_config_name,
     workspace_volume_name,
 )
+from function.compose.placements import plane as compose_plane
 from function.model import Manifest
 from function.model.platform import SandboxPlatform
 from function.render import Rendered, render

@@ -1,32 +1,35 @@
-"""Where a sandbox's parts go: the tenant's namespace, or a namespace of a ComputePlane.
+"""The ComputePlane placements: the sandbox in a namespace of a Cozystack tenant cluster.
 
-`in_namespace` composes the workload beside its Service, policies and snapshots, once a disk to
-restore (if any) is ready. `in_plane` composes the plane (`plane.py`) and carries the parts into
-it as provider-kubernetes Objects, in stages, each once the previous one is observed ready: the
+`in_plane` composes the plane (`plane.py`) and carries the parts into it as provider-kubernetes
+Objects, in stages (`placement.staged`), each once the previous one is observed ready: the
 sandbox's namespace (Pod Security "restricted"), the plane guard and the policy on the plane's
 workers (`plane_guards`); then its quota, limits, ServiceAccount, network policies, Service and
 workspace claim; then the workload and its snapshots. So the pod never runs before the policies
 that isolate it exist. Once anything is placed, everything stays in the desired state whatever
 the plane reports, so a plane that is briefly unready never makes Crossplane delete a workspace.
-
-Either way the answer is a `Placement`: what is composed, what the status reads the workload
-from, what is still awaited, and which resources Crossplane must fetch.
 """
 
-from dataclasses import dataclass, field
-from decimal import Decimal
-
-from function.compose import kubernetes_object, plane, snapshots, workloads, workspace_claim
+from function.compose import kubernetes_object, snapshots, workloads, workspace_claim
 from function.compose.disk_size import never_shrinks, resize_warnings
-from function.compose.kubernetes_object import API_VERSION as OBJECT_API
 from function.compose.kubernetes_object import unwrap
 from function.compose.names import labels, plane_namespace, provider_config_name
 from function.compose.network_policy import CILIUM_KEY, KUBERNETES_KEY, network_policies
-from function.compose.never_moves import stays_in_plane
 from function.compose.observed import dig
-from function.compose.plane import NAMESPACE_KEY, PLANE_KEY, provider_config
-from function.compose.plane_guards import (
-    GRACE_SECONDS,
+from function.compose.placements import plane
+from function.compose.placements.never_moves import stays_in_plane
+from function.compose.placements.placement import (
+    OBJECT,
+    POD_SECURITY,
+    Placement,
+    clears_stage,
+    inside_platform,
+    namespace_limits,
+    namespace_quota,
+    short_grace,
+    staged,
+)
+from function.compose.placements.plane import NAMESPACE_KEY, PLANE_KEY, provider_config
+from function.compose.placements.plane_guards import (
     GUARD_KEY,
     KEEP,
     WORKERS_KEY,
@@ -35,32 +38,27 @@ from function.compose.plane_guards import (
 )
 from function.compose.pod import container_resources
 from function.compose.readiness import is_ready
-from function.compose.requirement import Requirements
-from function.compose.restore import UNFETCHED, restore
 from function.compose.service import KEY as SERVICE_KEY
 from function.compose.service import service
 from function.compose.service_account import KEY as SERVICE_ACCOUNT_KEY
 from function.compose.sizing import Size, size
-from function.compose.snapshots import volume_snapshots
 from function.compose.status import Waiting
 from function.compose.workload import Build, Workload
 from function.model import Manifest, Observed
 from function.model.platform import Image, Preset, SandboxPlatform
-from function.model.quantity import format_bytes
 from function.model.spec import WorkspaceSandbox
 
 QUOTA_KEY = "plane-quota"
+
 LIMITS_KEY = "plane-limits"
 
-OBJECT: Manifest = {"apiVersion": OBJECT_API, "kind": "Object"}
 # The dedicated plane dies with the sandbox and takes everything in it along; deleting each
 # object first would only wait on a cluster that is going away.
 DEDICATED_MANAGEMENT = KEEP
-POD_SECURITY = {
-    f"pod-security.kubernetes.io/{mode}": "restricted" for mode in ("enforce", "audit", "warn")
-}
+
 # What the plane holds outside the sandbox's namespace.
 _CLUSTER_SCOPED = (NAMESPACE_KEY, GUARD_KEY)
+
 _STAGES = (
     # The guard in the plane and the policy on its workers come first, so that no pod of the
     # sandbox runs before either exists.
@@ -75,64 +73,6 @@ _STAGES = (
         workspace_claim.KEY,
     ),
 )
-
-
-@dataclass(frozen=True)
-class Placement:
-    resources: dict[str, Manifest]
-    """What is composed, keyed by composition-resource name."""
-    runs: Workload
-    desired: dict[str, Manifest]
-    """The parts as the workload sees them (unwrapped in a plane): what its status reads."""
-    observed: Observed
-    """What is observed where the workload runs (inside a plane: what its Objects observe)."""
-    requirements: Requirements = field(default_factory=dict)
-    unfetched: str = ""
-    """What to say if Crossplane can't fetch `requirements`."""
-    warnings: list[str] = field(default_factory=list)
-    waiting: Waiting | None = None
-    """What provisioning waits for before the workload's own progress counts."""
-    plane: str | None = None
-    namespace: str | None = None
-    """Where the workload runs, when that isn't the tenant's namespace."""
-
-
-def in_namespace(
-    ws: WorkspaceSandbox,
-    *,
-    preset_name: str,
-    preset: Preset,
-    platform: SandboxPlatform,
-    image: Image,
-    observed: Observed,
-    required: dict[str, list[Manifest]],
-) -> Placement:
-    """The workload in the tenant's namespace, its disk made once a restore's snapshot is ready."""
-    runs = workloads.of(preset, observed)
-    source = restore(ws, runs, observed, required)
-    sized = size(ws, preset_name, preset, image, source.min_disk)
-    never_shrinks(ws, sized, runs, observed)
-    warnings = resize_warnings(ws, sized, runs, observed, platform)
-    account = runs.guest_account(observed, source.account)
-    resources: dict[str, Manifest] = {}
-    if source.waiting is None:
-        resources |= runs.compose(Build(ws, preset, platform, image, sized, observed, account))
-    resources |= service(ws, preset, platform)
-    resources |= network_policies(ws, preset, platform)
-    resources |= volume_snapshots(ws, preset_name, preset, runs, observed, account)
-    waiting = None
-    if source.waiting is not None:
-        waiting = Waiting("Pending", "WaitingForRestoreSnapshot", source.waiting)
-    return Placement(
-        resources=resources,
-        runs=runs,
-        desired=resources,
-        observed=observed,
-        requirements=source.requirements,
-        unfetched=UNFETCHED,
-        warnings=warnings,
-        waiting=waiting,
-    )
 
 
 def in_plane(
@@ -152,7 +92,7 @@ def in_plane(
     )
     inside = unwrap(observed)
     runs = workloads.of(preset, inside)
-    sized = size(ws, preset_name, preset, image)
+    sized = size(ws, preset_name, preset, image, by_instancetype=runs.sized_by_instancetype(preset))
     never_shrinks(ws, sized, runs, inside)
     warnings = resize_warnings(ws, sized, runs, inside, platform)
     resources = {**target.resources, **plane.host_guards(ws, preset, platform, target.name)}
@@ -213,61 +153,8 @@ def _quota(ws: WorkspaceSandbox, preset: Preset, size: Size) -> Manifest:
     return namespace_quota(ws, compute, claims=1, disk=size.disk, pods=1)
 
 
-def namespace_quota(
-    ws: WorkspaceSandbox, compute: dict[str, str], *, claims: int, disk: Decimal, pods: int
-) -> Manifest:
-    """A sandbox namespace's ResourceQuota: `compute`, storage, and one ClusterIP Service."""
-    hard = {
-        **compute,
-        "requests.storage": format_bytes(disk),
-        "persistentvolumeclaims": str(claims),
-        "pods": str(pods),
-        "services": "1",
-        "services.loadbalancers": "0",
-        "services.nodeports": "0",
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "ResourceQuota",
-        "metadata": {"name": "sandbox", "labels": labels(ws)},
-        "spec": {"hard": dict(sorted(hard.items()))},
-    }
-
-
 def _limits(ws: WorkspaceSandbox, preset: Preset, size: Size) -> Manifest:
     return namespace_limits(ws, container_resources(preset, size)["limits"], size.disk)
-
-
-def namespace_limits(
-    ws: WorkspaceSandbox, container: dict[str, str] | None, disk: Decimal
-) -> Manifest:
-    """A sandbox namespace's LimitRange: claims no bigger than `disk`, containers at `container`.
-
-    None: no bound on containers.
-    """
-    limits: list[Manifest] = []
-    if container is not None:
-        limits.append(
-            {
-                "type": "Container",
-                "default": container,
-                "defaultRequest": dict(container),
-                "max": dict(container),
-            }
-        )
-    limits.append({"type": "PersistentVolumeClaim", "max": {"storage": format_bytes(disk)}})
-    return {
-        "apiVersion": "v1",
-        "kind": "LimitRange",
-        "metadata": {"name": "sandbox", "labels": labels(ws)},
-        "spec": {"limits": limits},
-    }
-
-
-def inside_platform(platform: SandboxPlatform) -> SandboxPlatform:
-    """Inside the plane no tenant baseline allows anything, so allow rules restrict."""
-    network = platform.network.model_copy(update={"namespaces_allow_internet": False})
-    return platform.model_copy(update={"network": network})
 
 
 def _contents(
@@ -290,46 +177,12 @@ def _contents(
         **guard,
         QUOTA_KEY: _quota(ws, preset, size),
         LIMITS_KEY: _limits(ws, preset, size),
-        **network_policies(ws, preset, unbased),
-        **service(ws, preset, platform),
+        **network_policies(ws, preset, unbased, ssh=runs.serves_ssh),
+        **service(ws, platform, ssh=runs.serves_ssh),
         **pod,
         runs.key: short_grace(pod[runs.key]),
         **snapshots.volume_snapshots(ws, preset_name, preset, runs, inside),
     }
-
-
-def short_grace(manifest: Manifest) -> Manifest:
-    """The workload with an explicit, short termination grace for its pod."""
-    spec = manifest["spec"]
-    field = "template" if "template" in spec else "podTemplate"
-    template = spec[field]
-    graced = {**template["spec"], "terminationGracePeriodSeconds": GRACE_SECONDS}
-    return {**manifest, "spec": {**spec, field: {**template, "spec": graced}}}
-
-
-def clears_stage(key: str, observed: Observed, ready: dict[str, bool]) -> bool:
-    """Whether `key` lets the next stage be placed: ready, or a claim that exists."""
-    # A claim of a WaitForFirstConsumer class binds only once its pod exists: waiting for it to
-    # be bound before placing the pod would wait forever.
-    return ready.get(key, False) or (key == workspace_claim.KEY and key in observed)
-
-
-def staged(
-    placed: dict[str, Manifest],
-    observed: Observed,
-    ready: dict[str, bool],
-    stages: tuple[tuple[str, ...], ...] = _STAGES,
-) -> dict[str, Manifest]:
-    """What may be placed now: each stage once the one before is ready, and all placed so far.
-
-    A stage also waits for what `ready` judges beside the Objects (the workers' policy).
-    """
-    out: dict[str, Manifest] = {}
-    for stage in (*stages, tuple(placed)):
-        out |= {k: placed[k] for k in stage if k in placed}
-        if not all(clears_stage(k, observed, ready) for k in stage if k in placed or k in ready):
-            break
-    return out | {k: m for k, m in placed.items() if k in observed}
 
 
 def _wrap(
@@ -346,7 +199,7 @@ def _wrap(
     namespace = plane_namespace(ws)
     dedicated = preset.placement == "DedicatedComputePlane"
     out = provider_config(ws, preset, into)
-    for key, manifest in staged(inner, observed, ready).items():
+    for key, manifest in staged(inner, observed, ready, _STAGES).items():
         keep_deletes = key != GUARD_KEY and (not dedicated or key.startswith(snapshots.PREFIX))
         out[key] = kubernetes_object.wrap(
             ws,

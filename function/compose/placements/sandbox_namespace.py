@@ -21,7 +21,7 @@ from function.compose.disk_size import never_shrinks, resize_warnings
 from function.compose.kubernetes_object import unwrap
 from function.compose.names import SANDBOX_NAMESPACE_KEY, labels, sandbox_namespace
 from function.compose.network_policy import CILIUM_KEY, KUBERNETES_KEY, network_policies
-from function.compose.placement import (
+from function.compose.placements.placement import (
     OBJECT,
     POD_SECURITY,
     Placement,
@@ -32,8 +32,7 @@ from function.compose.placement import (
     short_grace,
     staged,
 )
-from function.compose.plane_guards import usages
-from function.compose.pod import container_resources
+from function.compose.placements.plane_guards import usages
 from function.compose.readiness import is_ready
 from function.compose.service import KEY as SERVICE_KEY
 from function.compose.service import service
@@ -41,11 +40,10 @@ from function.compose.service_account import KEY as SERVICE_ACCOUNT_KEY
 from function.compose.sizing import Size, size
 from function.compose.status import Waiting
 from function.compose.workload import Build, Workload
-from function.compose.workspace_volume import GROW_KEY
+from function.compose.workloads.kubevirt.workspace_volume import GROW_KEY
 from function.errors import FieldError
 from function.model import Manifest, Observed
 from function.model.platform import Image, Preset, SandboxPlatform
-from function.model.quantity import format_bytes, format_cpu
 from function.model.spec import WorkspaceSandbox
 
 KEY = SANDBOX_NAMESPACE_KEY
@@ -61,10 +59,6 @@ _STAGES = (
     (KEY,),
     (QUOTA_KEY, LIMITS_KEY, SERVICE_ACCOUNT_KEY, CILIUM_KEY, KUBERNETES_KEY, SERVICE_KEY),
 )
-# CDI fills a DataVolume's claim through a second, "prime" claim of the same size, and may
-# run an importer or clone pod beside the VM.
-_DISK_COPIES = 2
-_MIGRATING = frozenset({"LiveMigrate", "LiveMigrateIfPossible"})
 
 
 def in_sandbox_namespace(
@@ -85,7 +79,7 @@ def in_sandbox_namespace(
     if GROW_KEY in observed:
         inside = {**inside, GROW_KEY: observed[GROW_KEY]}
     runs = workloads.of(preset, inside)
-    sized = size(ws, preset_name, preset, image)
+    sized = size(ws, preset_name, preset, image, by_instancetype=runs.sized_by_instancetype(preset))
     never_shrinks(ws, sized, runs, inside)
     warnings = resize_warnings(ws, sized, runs, inside, platform)
     namespace = sandbox_namespace(ws)
@@ -150,14 +144,14 @@ def _contents(  # noqa: PLR0917  # the parts of one placement
     """Everything placed in the namespace, unwrapped, keyed like the resources they become."""
     account = runs.guest_account(inside, None)
     workload = runs.compose(Build(ws, preset, platform, image, sized, inside, account))
-    if preset.runtime != "kubevirt":
+    if not runs.keeps_its_grace:
         workload[runs.key] = short_grace(workload[runs.key])
     return {
         KEY: namespace(ws),
-        QUOTA_KEY: quota(ws, preset, sized),
-        LIMITS_KEY: _limits(ws, preset, sized),
-        **network_policies(ws, preset, inside_platform(platform)),
-        **service(ws, preset, platform),
+        QUOTA_KEY: quota(ws, preset, sized, runs),
+        LIMITS_KEY: _limits(ws, preset, sized, runs),
+        **network_policies(ws, preset, inside_platform(platform), ssh=runs.serves_ssh),
+        **service(ws, platform, ssh=runs.serves_ssh),
         **workload,
         **snapshots.volume_snapshots(ws, preset_name, preset, runs, inside, account),
     }
@@ -172,42 +166,25 @@ def namespace(ws: WorkspaceSandbox) -> Manifest:
     }
 
 
-def quota(ws: WorkspaceSandbox, preset: Preset, sized: Size) -> Manifest:
+def quota(ws: WorkspaceSandbox, preset: Preset, sized: Size, runs: Workload) -> Manifest:
     """Room for this sandbox alone, at its size, plus the preset's headroom.
 
-    A VM's pod asks KubeVirt's overhead beyond the guest, and a live migration runs a second
-    one for a while; CDI fills the disk through a second claim. A pod's RuntimeClass overhead
-    counts against the quota too. Nothing may be exposed beyond a ClusterIP Service.
+    What the workload itself needs is its own (`Workload.room`): a VM's pod asks KubeVirt's
+    overhead beyond the guest, and a live migration runs a second one for a while; CDI fills
+    the disk through a second claim. A pod's RuntimeClass overhead counts against the quota too.
+    Nothing may be exposed beyond a ClusterIP Service.
     """
-    headroom = preset.quota_headroom
-    if preset.runtime == "kubevirt":
-        copies = 2 if preset.kubevirt.eviction_strategy in _MIGRATING else 1
-        cpu = sized.cpu * copies + headroom.cpu
-        memory = sized.memory * copies + headroom.memory
-        compute = {"requests.cpu": format_cpu(cpu), "requests.memory": format_bytes(memory)}
-        claims, disks, pods = _DISK_COPIES, sized.disk * _DISK_COPIES, copies + 1
-    else:
-        overhead = preset.pod.overhead
-        cpu = sized.cpu + headroom.cpu + (overhead.cpu if overhead else 0)
-        memory = sized.memory + headroom.memory + (overhead.memory if overhead else 0)
-        amounts = {
-            "cpu": format_cpu(cpu),
-            "memory": format_bytes(memory),
-            "ephemeral-storage": format_bytes(preset.pod.ephemeral_storage),
-        }
-        compute = {f"{k}.{r}": v for k in ("requests", "limits") for r, v in amounts.items()}
-        claims, disks, pods = 1, sized.disk, 1
-    return namespace_quota(ws, compute, claims=claims, disk=disks, pods=pods)
+    room = runs.room(preset, sized)
+    return namespace_quota(ws, room.compute, claims=room.claims, disk=room.disk, pods=room.pods)
 
 
-def _limits(ws: WorkspaceSandbox, preset: Preset, sized: Size) -> Manifest:
+def _limits(ws: WorkspaceSandbox, preset: Preset, sized: Size, runs: Workload) -> Manifest:
     """No claim bigger than the disk; a pod's containers at the sandbox's size.
 
     A VM's pod sizes itself (the guest plus KubeVirt's overhead), so its containers get no
     default or maximum here: either would cut the guest's memory short.
     """
-    pod = None if preset.runtime == "kubevirt" else container_resources(preset, sized)["limits"]
-    return namespace_limits(ws, pod, sized.disk)
+    return namespace_limits(ws, runs.container_limits(preset, sized), sized.disk)
 
 
 def _retarget(growth: Manifest, namespace: str, ref: dict[str, str]) -> Manifest:

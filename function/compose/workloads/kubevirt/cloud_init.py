@@ -36,17 +36,12 @@ nothing else.
 import json
 
 from function.compose.agent import DISK_SERIAL
+from function.compose.workload import USER
 from function.errors import FieldError
 from function.model.address import ip_text
 from function.model.platform import Preset, SandboxPlatform
 from function.model.spec import WorkspaceSandbox
 
-# The account on a new VM, and on one an earlier release made; the annotation that records it
-# on the VM, its disk and the disk's snapshots.
-USER = "user"
-LEGACY_USER = "sandbox"
-ACCOUNTS = (USER, LEGACY_USER)
-GUEST_USER = "sandbox.cozystack.io/guest-user"
 WORKSPACE = "/workspace"
 MAX_BYTES = 2048
 

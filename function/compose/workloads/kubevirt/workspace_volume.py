@@ -3,10 +3,10 @@
 from decimal import Decimal
 
 from function.compose import kubernetes_object
-from function.compose.cloud_init import GUEST_USER
 from function.compose.names import labels, workspace_volume_name
 from function.compose.observed import keep_observed_spec, requested_storage
 from function.compose.sizing import Size
+from function.compose.workload import GUEST_USER
 from function.errors import FieldError
 from function.model import Manifest, Observed
 from function.model.platform import Image, Preset, SandboxPlatform

@@ -8,7 +8,7 @@ plane, which this function never composes or changes.
 
 The plane's admin kubeconfig is withheld from the tenant. A namespaced provider-kubernetes
 ProviderConfig points at its Secret, and every object placed in the plane is an `Object` using
-it (`placement.py`). The function itself only asks Crossplane whether that Secret exists (by
+it (`compute_plane.py`). The function itself only asks Crossplane whether that Secret exists (by
 name); it never reads its data.
 """
 
@@ -20,7 +20,7 @@ from function.compose.kubernetes_object import condition_query, unwrap
 from function.compose.names import labels, plane_name, provider_config_name
 from function.compose.observed import condition
 from function.compose.ownership import REQUIREMENT_PREFIX
-from function.compose.plane_guards import workers_policy
+from function.compose.placements.plane_guards import workers_policy
 from function.compose.requirement import Requirements, require
 from function.errors import FieldError
 from function.model import Manifest, Observed
@@ -30,7 +30,7 @@ from function.model.spec import WorkspaceSandbox
 
 PLANE_KEY = "compute-plane"
 PROVIDER_CONFIG_KEY = "plane-access"
-# The sandbox's own namespace inside the plane, placed first (`placement.py`).
+# The sandbox's own namespace inside the plane, placed first (`compute_plane.py`).
 NAMESPACE_KEY = "plane-namespace"
 
 PLANE_REQUIREMENT = "compute-plane"

@@ -2,12 +2,13 @@
 
 from datetime import datetime
 
-from function.compose import statefulset, workspace_claim
+from function.compose import workspace_claim
 from function.compose.conditions import RUNNING, Progress, done, not_created, pending
 from function.compose.observed import dig
 from function.compose.service_account import service_account
 from function.compose.workload import Build
-from function.compose.workloads.agent_sandbox import AgentSandbox
+from function.compose.workloads.agent_sandbox.workload import AgentSandbox
+from function.compose.workloads.plane_statefulset import statefulset
 from function.model import Manifest, Observed
 from function.model.spec import WorkspaceSandbox
 

@@ -3,16 +3,20 @@
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 
-from function.compose import sandbox, workspace_claim
+from function.compose import workspace_claim
 from function.compose.conditions import RUNNING, Progress, done, not_created, pending
 from function.compose.names import claim_name
 from function.compose.observed import condition
+from function.compose.pod import container_resources
 from function.compose.service_account import service_account
-from function.compose.workload import Build, Origin
+from function.compose.sizing import Size
+from function.compose.workload import Build, Origin, Room
+from function.compose.workloads.agent_sandbox import sandbox
 from function.model import Manifest, Observed
-from function.model.platform import SandboxPlatform
+from function.model.platform import Preset, SandboxPlatform
+from function.model.quantity import format_bytes, format_cpu
 from function.model.spec import WorkspaceSandbox
 
 # Ready reasons of an agent-sandbox Sandbox that need a human, not patience.
@@ -58,6 +62,10 @@ def _failing(ready: Mapping[str, Any], now: datetime) -> Progress | None:
 
 class AgentSandbox:
     key = sandbox.KEY
+    serves_ssh: ClassVar[bool] = False
+    agent_from_input: ClassVar[bool] = False
+    disk_lives_on: ClassVar[str] = "pod"
+    keeps_its_grace: ClassVar[bool] = False
 
     def compose(self, build: Build) -> dict[str, Manifest]:
         ws, preset, size = build.ws, build.preset, build.size
@@ -117,3 +125,23 @@ class AgentSandbox:
             # A Sandbox without its claim observed: nothing tells where its disk came from.
             return Origin(readable=False, snapshot=None)
         return found
+
+    def sized_by_instancetype(self, _preset: Preset, /) -> bool:
+        return False
+
+    def room(self, preset: Preset, size: Size, /) -> Room:
+        """One pod of its size, the RuntimeClass's overhead included, and its claim."""
+        headroom, overhead = preset.quota_headroom, preset.pod.overhead
+        cpu = size.cpu + headroom.cpu + (overhead.cpu if overhead else 0)
+        memory = size.memory + headroom.memory + (overhead.memory if overhead else 0)
+        amounts = {
+            "cpu": format_cpu(cpu),
+            "memory": format_bytes(memory),
+            "ephemeral-storage": format_bytes(preset.pod.ephemeral_storage),
+        }
+        compute = {f"{k}.{r}": v for k in ("requests", "limits") for r, v in amounts.items()}
+        return Room(compute, claims=1, disk=size.disk, pods=1)
+
+    def container_limits(self, preset: Preset, size: Size, /) -> dict[str, str] | None:
+        limits: dict[str, str] = container_resources(preset, size)["limits"]
+        return limits

@@ -12,10 +12,11 @@ import math
 from typing import Any
 
 from function.compose import agent
-from function.compose.cloud_init import GUEST_USER, user_data
 from function.compose.names import labels, pod_labels, sandbox_name, workspace_volume_name
 from function.compose.pod import dns, scheduling
 from function.compose.sizing import Size
+from function.compose.workload import GUEST_USER
+from function.compose.workloads.kubevirt.cloud_init import user_data
 from function.model import Manifest
 from function.model.platform import Preset, SandboxPlatform
 from function.model.quantity import format_bytes, format_cpu

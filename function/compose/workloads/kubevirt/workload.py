@@ -3,16 +3,18 @@
 from collections.abc import Mapping
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 
-from function.compose import account, virtual_machine, workspace_volume
 from function.compose.conditions import RUNNING, Condition, Progress, done, not_created, pending
 from function.compose.names import claim_name
 from function.compose.observed import condition, dig, requested_storage
 from function.compose.readiness import DISK_READY_PHASES
-from function.compose.workload import Build, Origin
+from function.compose.sizing import Size
+from function.compose.workload import Build, Origin, Room
+from function.compose.workloads.kubevirt import account, virtual_machine, workspace_volume
 from function.model import Manifest, Observed
-from function.model.platform import SandboxPlatform
+from function.model.platform import Preset, SandboxPlatform
+from function.model.quantity import format_bytes, format_cpu
 from function.model.spec import WorkspaceSandbox
 
 # printableStatus values that need a human, not patience.
@@ -27,6 +29,10 @@ VM_FAILURES = frozenset(
         "DataVolumeError",
     }
 )
+# CDI fills a DataVolume's claim through a second, "prime" claim of the same size, and may
+# run an importer or clone pod beside the VM.
+_DISK_COPIES = 2
+_MIGRATING = frozenset({"LiveMigrate", "LiveMigrateIfPossible"})
 
 
 def _message(obj: Any, *kinds: str) -> str:
@@ -59,6 +65,10 @@ def _failed(vm: Any, dv: Any) -> Condition | None:
 
 class VirtualMachine:
     key = virtual_machine.KEY
+    serves_ssh: ClassVar[bool] = True
+    agent_from_input: ClassVar[bool] = True
+    disk_lives_on: ClassVar[str] = "kubevirt"
+    keeps_its_grace: ClassVar[bool] = True
 
     def compose(self, build: Build) -> dict[str, Manifest]:
         ws, preset, platform, size, observed = (
@@ -150,3 +160,22 @@ class VirtualMachine:
         source, ref = dig(disk, "spec", "source"), dig(disk, "spec", "sourceRef")
         readable = isinstance(source, Mapping) or isinstance(ref, Mapping)
         return Origin(readable, dig(source, "snapshot", "name"))
+
+    def sized_by_instancetype(self, preset: Preset, /) -> bool:
+        return preset.kubevirt.instancetype is not None
+
+    def room(self, preset: Preset, size: Size, /) -> Room:
+        """Two VM pods while a live migration runs, and two claims, CDI's "prime" one too.
+
+        A VM's pod asks KubeVirt's overhead beyond the guest, and a live migration runs a second
+        one for a while; CDI fills the disk through a second claim.
+        """
+        headroom = preset.quota_headroom
+        copies = 2 if preset.kubevirt.eviction_strategy in _MIGRATING else 1
+        cpu = size.cpu * copies + headroom.cpu
+        memory = size.memory * copies + headroom.memory
+        compute = {"requests.cpu": format_cpu(cpu), "requests.memory": format_bytes(memory)}
+        return Room(compute, claims=_DISK_COPIES, disk=size.disk * _DISK_COPIES, pods=copies + 1)
+
+    def container_limits(self, _preset: Preset, _size: Size, /) -> dict[str, str] | None:
+        return None

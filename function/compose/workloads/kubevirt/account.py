@@ -7,9 +7,9 @@ from a snapshot has the account the snapshot records (`restore.py`). So the boot
 makes a second account on a disk.
 """
 
-from function.compose import virtual_machine, workspace_volume
-from function.compose.cloud_init import ACCOUNTS, GUEST_USER, LEGACY_USER, USER
 from function.compose.observed import dig
+from function.compose.workload import ACCOUNTS, GUEST_USER, LEGACY_USER, USER
+from function.compose.workloads.kubevirt import virtual_machine, workspace_volume
 from function.errors import FieldError
 from function.model import Observed
 

@@ -6,12 +6,12 @@ disk can't grow, and no claim is composed beside it.
 
 from decimal import Decimal
 
-from function.compose import sandbox
 from function.compose.names import claim_name
 from function.compose.observed import dig, requested_storage
 from function.compose.service_account import service_account
 from function.compose.workload import Build, Origin
-from function.compose.workloads.agent_sandbox import AgentSandbox
+from function.compose.workloads.agent_sandbox import sandbox
+from function.compose.workloads.agent_sandbox.workload import AgentSandbox
 from function.model import Manifest, Observed
 from function.model.platform import SandboxPlatform
 from function.model.spec import WorkspaceSandbox

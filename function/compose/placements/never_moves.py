@@ -4,9 +4,15 @@ Its disk stays on the runtime it was made on (a VM's DataVolume, a pod's claim, 
 and a placed sandbox stays in the plane it was placed in.
 """
 
-from function.compose import plane, sandbox, workspace_claim, workspace_volume
-from function.compose.names import plane_name
+from function.compose.names import (
+    SANDBOX_KEY,
+    WORKSPACE_CLAIM_KEY,
+    WORKSPACE_VOLUME_KEY,
+    plane_name,
+)
 from function.compose.observed import dig
+from function.compose.placements import plane
+from function.compose.workload import Workload
 from function.errors import FieldError
 from function.model import Observed
 from function.model.platform import Preset
@@ -19,16 +25,16 @@ def lives_on(observed: Observed) -> str | None:
     A VM disk or a pod claim in the tenant's namespace, the same in a namespace of its own
     (`own:` and the runtime), or a ComputePlane.
     """
-    for key in (workspace_volume.KEY, workspace_claim.KEY, sandbox.KEY):
+    for key in (WORKSPACE_VOLUME_KEY, WORKSPACE_CLAIM_KEY, SANDBOX_KEY):
         obj = observed.get(key)
         if dig(obj, "kind") != "Object":
             continue
         if dig(obj, "spec", "providerConfigRef", "kind") != "ClusterProviderConfig":
             return "plane"
-        return "own:kubevirt" if key == workspace_volume.KEY else "own:pod"
-    if workspace_volume.KEY in observed:
+        return "own:kubevirt" if key == WORKSPACE_VOLUME_KEY else "own:pod"
+    if WORKSPACE_VOLUME_KEY in observed:
         return "kubevirt"
-    if workspace_claim.KEY in observed or sandbox.KEY in observed:
+    if WORKSPACE_CLAIM_KEY in observed or SANDBOX_KEY in observed:
         return "pod"
     return None
 
@@ -42,16 +48,21 @@ _WHERE = {
 }
 
 
-def _wants(preset: Preset) -> str:
+def _wants(preset: Preset, kind: type[Workload]) -> str:
     if preset.placement not in {"Namespace", "SandboxNamespace"}:
         return "plane"
-    runtime = "kubevirt" if preset.runtime == "kubevirt" else "pod"
-    return f"own:{runtime}" if preset.placement == "SandboxNamespace" else runtime
+    home = kind.disk_lives_on
+    return f"own:{home}" if preset.placement == "SandboxNamespace" else home
 
 
-def same_runtime(preset_name: str, preset: Preset, observed: Observed) -> None:
-    """A preset may change sizes and classes, never where the workspace lives."""
-    was, want = lives_on(observed), _wants(preset)
+def same_runtime(
+    preset_name: str, preset: Preset, kind: type[Workload], observed: Observed
+) -> None:
+    """A preset may change sizes and classes, never where the workspace lives.
+
+    `kind`: the kind of workload the preset runs (`workloads.kind_of`).
+    """
+    was, want = lives_on(observed), _wants(preset, kind)
     if was is None or was == want:
         return
     runs: str = preset.placement if want == "plane" else preset.runtime
