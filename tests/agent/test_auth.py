@@ -13,6 +13,8 @@ from workspace_agent.users import Users
 
 from tests.agent.sdk.agents import NOBODY, ROOT, TOKEN, Running, start, stop
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 STAT = "/filesystem.Filesystem/Stat"
 FIRST, SECOND, WRONG = "first", "second", "wrong"  # tokens
 RPC_HEADERS = {"content-type": "application/json", "connect-protocol-version": "1"}

@@ -21,6 +21,8 @@ import pytest
 
 from tests.ports import free_port
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # starts agents or gateways
+
 AGENT = Path(__file__).resolve().parents[2] / "agent"
 BUILD_BUNDLE = AGENT / "scripts" / "build-bundle"
 BUILD_DISK = AGENT / "scripts" / "build-disk"

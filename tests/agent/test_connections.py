@@ -37,7 +37,7 @@ from tests.agent.sdk.agents import (
 )
 from tests.ports import free_port
 
-pytestmark = needs_root
+pytestmark = [pytest.mark.e2e, needs_root]
 MIB = 1 << 20
 HALF_HEADS = 300
 HALF_HEAD = b"GET /health HTTP/1.1\r\nHost: agent\r\nX-Slow: "  # never finished

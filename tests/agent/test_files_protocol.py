@@ -21,6 +21,8 @@ import pytest
 
 from tests.agent.sdk.agents import AUTH, NOBODY, TOKEN, Running
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 MIB = 1 << 20
 
 

@@ -28,6 +28,8 @@ from tests.agent.sdk.agents import (
     envelopes,
 )
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 MIB = 1 << 20
 RPC = {"content-type": "application/json", "connect-protocol-version": "1"}
 

@@ -22,7 +22,10 @@ from workspace_agent.users import User
 
 from tests.agent.sdk.agents import NOBODY, ROOT, Running
 
-pytestmark = pytest.mark.skipif(not ROOT, reason="switching credentials needs root")
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(not ROOT, reason="switching credentials needs root"),
+]
 
 AS_NOBODY = User(
     name="nobody",

@@ -25,6 +25,8 @@ from workspace_agent.users import Users
 
 from tests.ports import free_port
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 
 def message(kind: str, msg_id: str = "run", **content: Any) -> dict[str, Any]:
     return {"msg_type": kind, "parent_header": {"msg_id": msg_id}, "content": content}

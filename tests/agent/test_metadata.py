@@ -20,6 +20,8 @@ from workspace_agent.errors import AgentError
 from tests.agent.needs import unavailable
 from tests.agent.sdk.agents import NOBODY, Running
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 OCTET = {"content-type": "application/octet-stream"}
 
 

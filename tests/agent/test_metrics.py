@@ -15,6 +15,8 @@ from workspace_agent.metrics import (
 
 from tests.agent.sdk.agents import start, stop
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 MEMINFO = """MemTotal:        4000000 kB
 MemFree:          500000 kB
 MemAvailable:    3000000 kB

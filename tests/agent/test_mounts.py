@@ -21,6 +21,8 @@ from workspace_agent import mounts
 from tests.agent.needs import unavailable
 from tests.agent.sdk.agents import Running
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 MOUNTINFO = """\
 22 27 0:21 / /proc rw,relatime - proc proc rw
 27 1 254:0 / / rw,relatime - ext4 /dev/vda rw,discard

@@ -26,9 +26,12 @@ from tests.agent.sdk.agents import (
 )
 from tests.ports import free_port
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare"
-)
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare"
+    ),
+]
 
 
 @pytest.fixture

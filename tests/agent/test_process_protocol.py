@@ -14,6 +14,8 @@ import pytest
 
 from tests.agent.sdk.agents import AUTH, STREAM, Envelope, Running, envelope, envelopes, gone
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 
 def bash(command: str, **fields: Any) -> dict[str, Any]:
     return {"process": {"cmd": "/bin/bash", "args": ["-c", command]}, **fields}

@@ -15,6 +15,8 @@ from workspace_agent import ENVD_VERSION
 
 from tests.agent.sdk.agents import TOKEN, Running, debug_env
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 GATES = {
     name: value
     for name, value in vars(versions).items()

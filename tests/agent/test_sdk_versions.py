@@ -20,6 +20,8 @@ import pytest
 
 from tests.support import ROOT
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # starts agents or gateways
+
 OLD_SDK = "e2b==2.50.0"
 AGENT = Path(sys.executable).with_name("workspace-sandbox-agent")
 GATEWAY = Path(sys.executable).with_name("workspace-sandbox-gateway")

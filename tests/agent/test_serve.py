@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 from workspace_agent import ENVD_VERSION
 
 from tests.agent.sdk.agents import (
@@ -17,6 +18,8 @@ from tests.agent.sdk.agents import (
     start,
     stop,
 )
+
+pytestmark = pytest.mark.e2e  # starts agents or gateways
 
 
 def test_health_answers_204_with_the_envd_version(agent: Running) -> None:

@@ -20,7 +20,10 @@ import pytest
 
 from tests.agent.sdk.agents import AUTH, NOBODY, ROOT, Running
 
-pytestmark = pytest.mark.skipif(not ROOT, reason="needs root to plant root's files")
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(not ROOT, reason="needs root to plant root's files"),
+]
 
 SECRET = b"root's secret"
 

@@ -17,6 +17,8 @@ from click.testing import CliRunner
 from function.main import cli
 from tests.support import COMPOSITION, ROOT
 
+pytestmark = pytest.mark.slow  # builds and installs the wheel
+
 NOW = "2026-11-29T12:00:00Z"
 FULL = str(ROOT / "examples" / "full" / "xr.yaml")
 RUNNING = ROOT / "examples" / "running"

@@ -2,7 +2,11 @@
 
 import asyncio
 
+import pytest
+
 from bench.driver import cases, drive, server
+
+pytestmark = pytest.mark.slow  # tens of thousands of calls
 
 CALLS = 20_000
 CONCURRENCY = 16

@@ -27,6 +27,8 @@ from packaging.specifiers import SpecifierSet
 
 from tests.support import COMPOSITION, EXAMPLES, NOW_ARG, ROOT, render_args
 
+pytestmark = pytest.mark.slow  # builds a venv per Python
+
 SUPPORTED = ("3.11", "3.12", "3.13")
 HERE = f"{sys.version_info.major}.{sys.version_info.minor}"
 _IMAGE_ASSERTION = re.compile(r"sys\.version_info\[:2\] == \((\d+), (\d+)\)")

@@ -5,9 +5,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from workspace_gateway.kubernetes_backend import ID_LABEL, MARK, PLURAL, mark, ours
 
 from tests.gateway import kube_fake
+
+pytestmark = pytest.mark.e2e  # starts agents or gateways
 
 GATEWAY = Path(sys.executable).with_name("workspace-sandbox-gateway")
 SEED = b"s" * 40

@@ -15,10 +15,13 @@ import contextlib
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.agent.sdk.agents import STREAM, envelope, envelopes
 from tests.gateway import stand_in
 from tests.gateway.stand_in import KEY_A, World
+
+pytestmark = pytest.mark.e2e  # starts agents or gateways
 
 world = stand_in.world  # the fake cluster, the stand-in platform and a gateway with API keys
 

@@ -7,10 +7,13 @@ while; the real API server's answers are in `tests/control_plane/test_gateway.py
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from workspace_gateway.kubernetes_backend import MERGE_PATCH, PLURAL
 
 from tests.gateway import kube_fake, stand_in
 from tests.gateway.stand_in import KEY_A, World, eventually
+
+pytestmark = pytest.mark.e2e  # starts agents or gateways
 
 world = stand_in.world  # the fake cluster, the stand-in platform and a gateway with API keys
 

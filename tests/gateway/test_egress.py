@@ -21,6 +21,8 @@ from function.render import render
 from tests.gateway.stand_in import BASE, serving
 from tests.support import NOW, PLATFORM
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 ISOLATED = Template(image="ubuntu-24.04", preset="isolated-kata")
 NAMED = {"allowOut": ["pypi.org", "*.npmjs.org", "1.1.1.1", "2606:4700::/32"]}
 

@@ -17,6 +17,8 @@ from workspace_gateway.http_protocol import MAX_HEAD_BYTES
 from tests.gateway.test_main import GATEWAY
 from tests.ports import free_port
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 KEY = "e2b_" + "0" * 40
 CONNECTIONS = 16
 FLOOD_BYTES = 8 << 20  # each connection's endless header, as far as the test goes

@@ -28,6 +28,8 @@ from tests.gateway.sdk.gateways import (  # `gateway`: the fixture
 )
 from tests.gateway.stand_in import serving
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 SEED = b"s" * 32
 
 

@@ -26,6 +26,8 @@ from tests.gateway.sdk.gateways import (  # noqa: F401  # the fixtures
     sdk_env,
 )
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 ROOT = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n"
 

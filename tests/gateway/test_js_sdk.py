@@ -21,6 +21,8 @@ from tests.gateway.sdk.gateways import (  # `gateway`: the fixture
     sdk_environment,
 )
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 ROOT = Path(__file__).resolve().parents[2]
 JS = ROOT / "tests" / "gateway" / "js"
 

@@ -26,6 +26,8 @@ from workspace_gateway.keys import (
 from tests.gateway import kube_fake
 from tests.gateway.fakes import Sandboxes
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 GATEWAY = Path(sys.executable).with_name("workspace-sandbox-gateway")
 GATEWAY_NS = "sandbox-gateway"
 

@@ -23,6 +23,8 @@ from workspace_gateway.templates import Template, TemplateError, parse, quantity
 from tests.gateway import kube_fake, stand_in
 from tests.gateway.stand_in import KEY_A, KEY_B, SEED, World
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 world = stand_in.world  # the fake cluster, the stand-in platform and a gateway with API keys
 
 

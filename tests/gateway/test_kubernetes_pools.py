@@ -50,6 +50,8 @@ from tests.gateway import kube_fake
 from tests.gateway.stand_in import BASE, KEY_A, KEY_B, SEED, Platform, xrd
 from tests.schemas import validate_xrd_object
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 NS = "team-a"
 MEMBER_SELECTOR = f"{POOL_LABEL}=member"
 

@@ -14,6 +14,8 @@ from workspace_gateway.kubernetes_backend import PLURAL
 from tests.gateway import kube_fake
 from tests.gateway.stand_in import KEY_B, serving
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 
 @pytest.fixture
 def gateway(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[kube_fake.Cluster]:

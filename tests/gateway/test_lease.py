@@ -45,6 +45,8 @@ from tests.gateway import kube_fake
 from tests.gateway.stand_in import SEED, eventually
 from tests.ports import free_port
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 NAMESPACE = "sandbox-gateway"
 KEY = ("leases", NAMESPACE, lease.NAME)
 GATEWAY = Path(sys.executable).with_name("workspace-sandbox-gateway")

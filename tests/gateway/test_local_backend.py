@@ -21,6 +21,8 @@ from workspace_gateway.metrics import Metrics
 
 from tests.agent.sdk.agents import STREAM, envelope, envelopes
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 # As root the agents act as nobody, so that no command reads root's login profile.
 USER = "nobody" if os.geteuid() == 0 else getpass.getuser()
 

@@ -16,6 +16,8 @@ from workspace_gateway.tokens import TokenReviews
 from tests.gateway import kube_fake
 from tests.ports import free_port
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 GATEWAY = Path(sys.executable).with_name("workspace-sandbox-gateway")
 
 

@@ -12,6 +12,8 @@ import pytest
 from tests.gateway.sdk import certs
 from tests.ports import free_port
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 GATEWAY = Path(sys.executable).with_name("workspace-sandbox-gateway")
 KEY = "e2b_" + "ab" * 20
 

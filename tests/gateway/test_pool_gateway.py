@@ -17,6 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.ports import free_port
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 GATEWAY = Path(sys.executable).with_name("workspace-sandbox-gateway")
 KEY = "e2b_" + "cd" * 20
 

@@ -24,6 +24,8 @@ from tests.gateway.sdk.gateways import (  # noqa: F401  # the fixture
 )
 from tests.ports import free_port
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 DOMAIN = "e2b.localhost"  # the gateway's default --domain
 SERVER = r"""
 import asyncio, hashlib, http.server, json, os, threading

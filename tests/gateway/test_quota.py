@@ -10,6 +10,8 @@ from workspace_gateway.kubernetes_backend import PLURAL
 from tests.gateway import kube_fake, stand_in
 from tests.gateway.stand_in import KEY_A, World
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 world = stand_in.world  # the fake cluster and a gateway with API keys
 
 WEBHOOK = 'admission webhook "sizes.sandbox.cozystack.io" denied the request: no GPUs in team-a'

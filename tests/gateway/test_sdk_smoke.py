@@ -10,6 +10,8 @@ import pytest
 from tests.gateway.sdk import gateways
 from tests.support import ROOT
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 SCRIPT = ROOT / "scripts" / "sdk-smoke"
 STEPS = ["create", "command", "files", "set_timeout", "list", "pause", "connect", "kill"]
 

@@ -18,6 +18,8 @@ from tests.gateway.sdk.gateways import (  # noqa: F401  # the fixtures
     sdk_env,
 )
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 
 @pytest.fixture
 def source() -> Iterator[Sandbox]:

@@ -13,6 +13,8 @@ from tests.gateway.sdk.gateways import (  # noqa: F401  # the fixtures
     sdk_env,
 )
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 
 def test_a_template_of_the_mapping_has_one_build_tagged_default() -> None:
     assert Template.exists("code-interpreter-v1") is True

@@ -38,6 +38,8 @@ from tests.gateway import kube_fake
 from tests.gateway.stand_in import BASE, SEED, Platform
 from tests.ports import free_port
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 # ruff: noqa: S105  # made-up tokens the fake cluster knows
 TOKEN_A = "eyJhbGciOiJSUzI1NiJ9.team-a-token.signature"
 TOKEN_B = "eyJhbGciOiJSUzI1NiJ9.team-b-token.signature"

@@ -35,6 +35,8 @@ from workspace_gateway.sandbox_cache import Allowance
 from tests.gateway import kube_fake
 from tests.gateway.stand_in import BASE, SEED, eventually
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 EVERYWHERE = f"/apis/{GROUP}/{VERSION}/{PLURAL}"
 
 

@@ -14,6 +14,8 @@ import pytest
 
 from tests.support import ROOT
 
+pytestmark = pytest.mark.slow  # each benchmark's smoke run
+
 SMOKE = {
     "bench.benchmark": (
         "every answer matched the in-process render",

@@ -14,6 +14,8 @@ from e2b import (
 
 from tests.agent.sdk.agents import Running, gone
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 
 def test_output_reaches_the_callbacks_while_the_command_runs(sandbox: Sandbox) -> None:
     seen: list[tuple[str, str, float]] = []

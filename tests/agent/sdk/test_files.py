@@ -24,6 +24,8 @@ from e2b.exceptions import (
 
 from tests.agent.sdk.agents import NOBODY, Running
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 MIB = 1 << 20
 NOBODY_GROUP = grp.getgrgid(NOBODY.pw_gid).gr_name
 
@@ -190,7 +192,13 @@ WAYS = {
 
 
 @pytest.mark.parametrize("way", WAYS)
-@pytest.mark.parametrize("size", [8 * MIB + 123, 64 * MIB + 5], ids=["8MiB", "64MiB"])
+@pytest.mark.parametrize(
+    "size",
+    [
+        pytest.param(8 * MIB + 123, id="8MiB"),
+        pytest.param(64 * MIB + 5, id="64MiB", marks=pytest.mark.slow),
+    ],
+)
 def test_large_files_both_ways(
     sandbox: Sandbox, agent: Running, big: dict[int, bytes], size: int, way: str
 ) -> None:

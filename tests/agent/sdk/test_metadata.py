@@ -17,6 +17,8 @@ from e2b.exceptions import InvalidArgumentException
 
 from tests.agent.sdk.agents import NOBODY, Running
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 LABELS = {"Owner": "agent-7", "purpose": "notes for later"}
 STORED = {"owner": "agent-7", "purpose": "notes for later"}
 """`LABELS` as the agent keeps them: keys lowercased."""

@@ -17,6 +17,8 @@ from e2b.exceptions import NotFoundException, SandboxException
 
 from tests.agent.sdk.agents import NOBODY, STREAM, Running, async_sandbox, envelope, envelopes
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 CREATE, CHMOD, WRITE = (
     FilesystemEventType.CREATE,
     FilesystemEventType.CHMOD,

@@ -9,6 +9,8 @@ import httpx
 import pytest
 from e2b import Sandbox, SandboxQuery, SandboxState
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 # The SDK before 2.51 has no SandboxNotRunningException: it raises its base for that 502.
 NOT_RUNNING = getattr(e2b, "SandboxNotRunningException", e2b.SandboxException)
 

@@ -17,6 +17,8 @@ from e2b import Sandbox
 
 from tests.gateway.sdk.gateways import Gateway
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 MIB = 1024 * 1024
 
 
@@ -48,6 +50,7 @@ def _rss(pid: int) -> int:
     raise AssertionError(f"no VmRSS for process {pid}")
 
 
+@pytest.mark.slow
 def test_the_gateway_s_memory_stays_flat_for_hundreds_of_mib(
     sandbox: Sandbox, gateway: Gateway, tmp_path: Path
 ) -> None:

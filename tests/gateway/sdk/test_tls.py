@@ -23,6 +23,8 @@ import pytest
 
 from tests.gateway.sdk.gateways import API_KEY, GATEWAY
 
+pytestmark = pytest.mark.e2e  # starts agents or gateways
+
 DOMAIN = "e2b.localhost"
 PORT = 443
 
