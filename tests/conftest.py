@@ -7,6 +7,7 @@ process a test (or a fixture it asks for) starts is checked, whatever starts it:
 asyncio, or the local gateway's agents.
 """
 
+import itertools
 import re
 import subprocess
 from collections.abc import Iterator
@@ -25,20 +26,27 @@ settings.register_profile("suite", deadline=None)
 settings.load_profile("suite")
 
 OUT_OF_LOOP = ("e2e", "slow", "boot", "pod", "control_plane")
-# What the inner loop never starts: the project's servers (as executables, modules or a script
-# importing them), Node or Deno (the JS SDK and kernel), and an older SDK's venv.
-SERVERS = re.compile(
-    r"workspace[-_]sandbox[-_](agent|gateway)|workspace_(agent|gateway)|sdk-venvs|(^|/)(node|deno)$"
-)
+# What the inner loop never starts: the project's servers (their executables, their modules
+# under `-m`, or a script importing them), Node or Deno (the JS SDK and kernel), and the Python
+# of an older SDK's venv.
+EXECUTABLES = re.compile(r"(^|/)(workspace-sandbox-(agent|gateway)|node|deno)$|/sdk-venvs/")
+MODULES = re.compile(r"workspace_(agent|gateway)(\.|$)")
+IMPORTS = re.compile(r"^\s*(import|from) workspace_(agent|gateway)\b", re.M)
 
 
 def server_in(args: Any) -> str | None:
-    """The argument of a command line that starts a server, if one does."""
+    """What a command line starts, if it is a server the inner loop leaves out."""
     argv = [args] if isinstance(args, (str, bytes)) else list(args)
-    for arg in argv:
-        text = arg.decode(errors="replace") if isinstance(arg, bytes) else str(arg)
-        if SERVERS.search(text):
-            return text.splitlines()[0][:120]
+    words = [a.decode(errors="replace") if isinstance(a, bytes) else str(a) for a in argv]
+    if not words:
+        return None
+    after_m = [b for a, b in itertools.pairwise(words) if a == "-m"]
+    if (
+        EXECUTABLES.search(words[0])
+        or any(MODULES.match(m) for m in after_m)
+        or any(IMPORTS.search(w) for w in words[1:])
+    ):
+        return " ".join(words)[:120]
     return None
 
 
