@@ -22,6 +22,7 @@ import httpx
 from workspace_gateway import credentials, idempotency, not_offered
 from workspace_gateway.backend import Backend, NewSandbox, Sandbox, Snapshot, State
 from workspace_gateway.errors import GatewayError
+from workspace_gateway.times import rfc3339
 
 DEFAULT_TIMEOUT = 300
 MAX_TIMEOUT = 24 * 3600  # E2B's cap for its Pro tier
@@ -56,10 +57,6 @@ async def always() -> bool:
 
 def now() -> datetime:
     return datetime.now(UTC)
-
-
-def rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def sandbox_json(sandbox: Sandbox, domain: str) -> dict[str, Any]:
