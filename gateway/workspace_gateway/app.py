@@ -24,8 +24,7 @@ from workspace_gateway.asgi import ASGIApp, Receive, Scope, Send, header, respon
 from workspace_gateway.backend import INTERPRETER_PORT, Backend, Sandbox, State, choose
 from workspace_gateway.control import Control
 from workspace_gateway.errors import GatewayError
-from workspace_gateway.keys import Keys
-from workspace_gateway.tokens import NAMESPACE_HEADER
+from workspace_gateway.keys import NAMESPACE_HEADER, Keys
 
 log = logging.getLogger("workspace_gateway")
 

@@ -168,7 +168,7 @@ class Backend(Protocol):
         The data plane carries no API key: the sandbox's access token is its authority, checked
         by the gateway (`choose`) and again by the agent. Two namespaces hold a sandbox of one
         ID only if a tenant made a look-alike by hand after seeing another's ID; the gateway's
-        mark (`kubernetes_backend.mark`) keeps such objects out, and should one pass, only the
+        mark (`kubernetes.objects.mark`) keeps such objects out, and should one pass, only the
         sandbox whose token the caller's credential opens is chosen.
         """
 
@@ -231,6 +231,13 @@ class Refilling(Protocol):
         `leading` is asked before each member made: with several replicas only the leader
         tops up, so that pools are not filled once per replica.
         """
+
+
+class ServedBackend(Backend, Reaping, Refilling, Protocol):
+    """What the gateway serves from: a Backend that it also reaps, refills and closes."""
+
+    async def close(self) -> None:
+        """Stop every sandbox it started here, and whatever it holds open."""
 
 
 async def refill_forever(backend: Refilling, leading: Callable[[], bool] = always) -> None:

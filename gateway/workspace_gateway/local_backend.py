@@ -11,13 +11,11 @@ carries no token or env vars until a create takes it.
 """
 
 import asyncio
-import contextlib
 import logging
 import os
 import secrets
 import shutil
 import socket
-import string
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -28,9 +26,8 @@ from pathlib import Path
 
 import httpx
 
-from workspace_gateway import audit
+from workspace_gateway import agent_client, audit
 from workspace_gateway.backend import (
-    INITIALIZED,
     INTERPRETER_PORT,
     INTERPRETER_TEMPLATE,
     NewSandbox,
@@ -42,20 +39,15 @@ from workspace_gateway.backend import (
 from workspace_gateway.errors import GatewayError, not_found
 from workspace_gateway.idempotency import Keyed, replayed
 from workspace_gateway.metrics import Metrics
+from workspace_gateway.sandbox_ids import new_id
 
 TEMPLATES = frozenset({"base", INTERPRETER_TEMPLATE})
 """`base`, and E2B's code interpreter: `base` with the agent's interpreter (its extra)."""
-ID_ALPHABET = string.ascii_lowercase + string.digits
-ID_LENGTH = 20
 START_SECONDS = 15.0
 MAX_SNAPSHOTS = 32  # spec.snapshots' maxItems
 STOP_SECONDS = 5.0
 
 log = logging.getLogger("workspace_gateway")
-
-
-def new_id() -> str:
-    return "".join(secrets.choice(ID_ALPHABET) for _ in range(ID_LENGTH))
 
 
 def free_port() -> int:
@@ -290,12 +282,8 @@ class LocalBackend:
         process, endpoint = member.process, member.sandbox.endpoint
         if process is None or process.returncode is not None or endpoint is None:
             raise GatewayError(503, "its agent is not running")
-        try:
-            answer = await self.http.get(endpoint + "/health", timeout=1.0)
-        except httpx.TransportError as e:
-            raise GatewayError(503, f"its health check failed: {e!r}") from None
-        if not answer.is_success:
-            raise GatewayError(503, f"its health check answered {answer.status_code}")
+        if await agent_client.health(self.http, endpoint, 1.0) is None:
+            raise GatewayError(503, "it failed its health check")
 
     async def refill(self, leading: Callable[[], bool] = always) -> None:
         """Make members until every pool holds its size; those that fail are logged, not kept."""
@@ -529,9 +517,12 @@ class LocalBackend:
             raise
         self.processes[entry.process] = ports
         entry.interpreter = interpreter
-        version = await self._healthy(entry.process, endpoint)
+        process = entry.process
+        health = await agent_client.wait_healthy(
+            self.http, endpoint, START_SECONDS, lambda: process.returncode
+        )
         entry.sandbox = replace(
-            entry.sandbox, state=State.RUNNING, endpoint=endpoint, envd_version=version
+            entry.sandbox, state=State.RUNNING, endpoint=endpoint, envd_version=health.version
         )
 
     async def _init(self, entry: _Entry) -> None:
@@ -539,39 +530,20 @@ class LocalBackend:
         endpoint = entry.sandbox.endpoint
         if endpoint is None:
             raise GatewayError(500, "the sandbox's agent is not running")
-        init = {
-            "envVars": entry.env_vars,
-            "accessToken": entry.sandbox.access_token,
-            "defaultWorkdir": str(entry.workspace),
-            "timestamp": datetime.now(UTC).isoformat(),
-            "codeInterpreter": entry.interpreter is not None,
-        }
-        answer = await self.http.post(endpoint + "/init", json=init)
-        if answer.status_code != 204:  # noqa: PLR2004  # HTTP No Content
-            raise GatewayError(500, f"the sandbox's agent refused /init: {answer.text[:200]}")
+        settings = agent_client.Init(
+            entry.sandbox.access_token,
+            entry.env_vars,
+            str(entry.workspace),
+            code_interpreter=entry.interpreter is not None,
+        )
+        await agent_client.init(self.http, endpoint, settings, present_token=False)
 
     async def _initialized(self, entry: _Entry) -> bool:
         """Whether a running agent still holds its token: what its `/health` says."""
         endpoint = entry.sandbox.endpoint
         if endpoint is None:
             raise GatewayError(500, "the sandbox's agent is not running")
-        try:
-            answer = await self.http.get(endpoint + "/health", timeout=2.0)
-        except httpx.TransportError as e:
-            raise GatewayError(502, f"the sandbox's agent did not answer: {e!r}") from None
-        return bool(answer.headers.get(INITIALIZED) != "false")
-
-    async def _healthy(self, process: asyncio.subprocess.Process, endpoint: str) -> str:
-        deadline = asyncio.get_running_loop().time() + START_SECONDS
-        while asyncio.get_running_loop().time() < deadline:
-            if process.returncode is not None:
-                raise GatewayError(500, f"the sandbox's agent exited with {process.returncode}")
-            with contextlib.suppress(httpx.TransportError):
-                answer = await self.http.get(endpoint + "/health", timeout=1.0)
-                if answer.is_success:
-                    return str(answer.headers.get("x-envd-version", "0.1.0"))
-            await asyncio.sleep(0.05)
-        raise GatewayError(504, f"the sandbox's agent did not answer within {START_SECONDS:.0f} s")
+        return await agent_client.initialized(self.http, endpoint)
 
     async def _stop(self, entry: _Entry) -> None:
         process, entry.process, entry.interpreter = entry.process, None, None

@@ -10,17 +10,19 @@ import socket
 import ssl
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import uvicorn
 
 from workspace_gateway import __version__, exposition, http_protocol, previews, proxy
 from workspace_gateway.app import build_app
-from workspace_gateway.backend import always, reap_forever, refill_forever
+from workspace_gateway.backend import ServedBackend, always, reap_forever, refill_forever
 from workspace_gateway.keys import KEY, Keys, StaticKeys, new_key
-from workspace_gateway.kubernetes_backend import KubernetesBackend
-from workspace_gateway.lease import Elector
 from workspace_gateway.local_backend import LocalBackend, Pool, Temperature
 from workspace_gateway.metrics import Metrics
+
+if TYPE_CHECKING:  # the cluster mode's, which --local never imports
+    from workspace_gateway.kubernetes.lease import Elector
 
 AGENT = "workspace-sandbox-agent"
 LOCAL_NAMESPACE = "local"
@@ -250,12 +252,12 @@ def find_agent() -> Path | None:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["keys"]:
-        from workspace_gateway import keys_cli  # noqa: PLC0415  # only the keys command needs it
+        from workspace_gateway.kubernetes import keys_cli  # noqa: PLC0415  # only the keys command needs it
 
         keys_cli.main(argv[1:])
         return
     if argv[:1] == ["adopt"]:
-        from workspace_gateway import adopt_cli  # noqa: PLC0415  # only this command needs it
+        from workspace_gateway.kubernetes import adopt_cli  # noqa: PLC0415  # only this command needs it
 
         adopt_cli.main(argv[1:])
         return
@@ -273,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     setup_logging(args.log_level)
     if args.kubernetes:
-        from workspace_gateway import kubernetes_main  # noqa: PLC0415  # only the cluster mode needs it
+        from workspace_gateway.kubernetes import main as kubernetes_main  # noqa: PLC0415  # only the cluster mode needs it
 
         metrics = Metrics()
         backend, cluster_keys, elector = kubernetes_main.open_cluster(args, metrics)
@@ -317,14 +319,11 @@ def setup_logging(level: str) -> None:
     audit.propagate = False
 
 
-Backend = LocalBackend | KubernetesBackend
-
-
 async def serve(
-    backend: Backend,
+    backend: ServedBackend,
     args: argparse.Namespace,
     keys: Keys,
-    elector: Elector | None = None,
+    elector: "Elector | None" = None,
     metrics: Metrics | None = None,
 ) -> None:
     """Serve until stopped, and `/metrics` on `--metrics-address` when given.
@@ -402,8 +401,8 @@ class Server(uvicorn.Server):
     def __init__(
         self,
         config: uvicorn.Config,
-        backend: Backend,
-        elector: Elector | None,
+        backend: ServedBackend,
+        elector: "Elector | None",
         metrics_server: uvicorn.Server | None = None,
     ) -> None:
         super().__init__(config)

@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from workspace_gateway.kubernetes_backend import PLURAL
+from workspace_gateway.kubernetes.objects import PLURAL
 
 from function.model.platform import SandboxPlatform
 from tests.boot import pod_host

@@ -24,7 +24,7 @@ import httpx
 import pytest
 from e2b import Sandbox, TimeoutException
 from e2b_code_interpreter import Sandbox as Interpreter
-from workspace_gateway.templates import Template
+from workspace_gateway.kubernetes.templates import Template
 
 from tests.boot import pod_host
 from tests.boot.pod_platform import PodPlatform

@@ -37,7 +37,7 @@ from typing import Any
 
 import httpx
 import pytest
-from workspace_gateway.kubernetes_backend import PLURAL
+from workspace_gateway.kubernetes.objects import PLURAL
 
 from function.model import parse
 from function.model.platform import SandboxPlatform

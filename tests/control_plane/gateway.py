@@ -30,9 +30,9 @@ import httpx
 import yaml
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
-from workspace_gateway import kubernetes_main
 from workspace_gateway import main as cli
-from workspace_gateway.kubernetes_backend import GROUP, ID_LABEL, PLURAL, VERSION
+from workspace_gateway.kubernetes import main as kubernetes_main
+from workspace_gateway.kubernetes.objects import GROUP, ID_LABEL, PLURAL, VERSION
 from workspace_gateway.metrics import Metrics
 
 from tests.control_plane.install import kubectl

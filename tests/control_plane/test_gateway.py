@@ -25,21 +25,24 @@ from e2b.exceptions import AuthenticationException, SandboxException, SandboxNot
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
-from workspace_gateway import lease
 from workspace_gateway.backend import NewSandbox
 from workspace_gateway.errors import GatewayError
-from workspace_gateway.kubernetes_backend import (
+from workspace_gateway.kubernetes import lease
+from workspace_gateway.kubernetes.backend import KubernetesBackend
+from workspace_gateway.kubernetes.objects import (
     END,
     GROUP,
+    HANDED_OUT,
     MARK,
+    MEMBER,
     PLURAL,
+    POOL_LABEL,
+    READY_NOTE,
     VERSION,
-    KubernetesBackend,
     Settings,
     manifest,
 )
-from workspace_gateway.kubernetes_pools import HANDED_OUT, MEMBER, POOL_LABEL, READY_NOTE
-from workspace_gateway.templates import Template
+from workspace_gateway.kubernetes.templates import Template
 
 from tests.control_plane import gateway as gw
 from tests.control_plane.install import Installed

@@ -17,7 +17,7 @@ from typing import Any
 import kubernetes.client.api
 import pytest
 import yaml
-from workspace_gateway import cluster
+from workspace_gateway.kubernetes import cluster
 
 from tests.deploy.install import identity, kustomize, needs_kubectl
 from tests.render.pod_security import restricted_violations
@@ -250,7 +250,7 @@ def test_the_flags_are_the_gateways_and_point_at_mounted_files() -> None:
 
 
 def test_the_shipped_templates_load(tmp_path: Path) -> None:
-    from workspace_gateway import templates  # noqa: PLC0415
+    from workspace_gateway.kubernetes import templates  # noqa: PLC0415
 
     (name,) = find("ConfigMap")["data"]
     path = tmp_path / name
@@ -452,7 +452,7 @@ class Call:
 def constants() -> dict[str, str]:
     """Every module-level string constant of the gateway, for resolving call arguments."""
     out: dict[str, str] = {}
-    for path in sorted(GATEWAY_CODE.glob("*.py")):
+    for path in sorted(GATEWAY_CODE.rglob("*.py")):
         for node in ast.parse(path.read_text()).body:
             if (
                 isinstance(node, ast.Assign)
@@ -465,7 +465,7 @@ def constants() -> dict[str, str]:
 
 def client_calls() -> Iterator[Call]:
     """Each reference to a client method in the gateway's code, called or handed on."""
-    for path in sorted(GATEWAY_CODE.glob("*.py")):
+    for path in sorted(GATEWAY_CODE.rglob("*.py")):
         yield from _calls_in(path.stem, ast.parse(path.read_text()), "<module>", None)
 
 
@@ -580,9 +580,9 @@ def test_the_gateway_cannot_mint_or_revoke_keys() -> None:
 
 
 def test_only_the_key_cli_calls_the_operators_functions() -> None:
-    """Outside keys_cli.py every create or revoke called is the backend's, never the keys'."""
-    for path in sorted(GATEWAY_CODE.glob("*.py")):
-        if path.name in {"keys_cli.py", "keys.py"}:
+    """Outside keys_cli.py (and secret_keys.py) every create or revoke is the backend's, not the keys'."""
+    for path in sorted(GATEWAY_CODE.rglob("*.py")):
+        if path.name in {"keys_cli.py", "secret_keys.py"}:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if (
@@ -629,7 +629,7 @@ def test_the_scan_catches_an_ungranted_call(
     shutil.copytree(GATEWAY_CODE, copied)
     with (copied / "keys.py").open("a") as f:
         f.write("\n\ndef forget(core):\n    core.delete_collection_namespaced_secret('ns')\n")
-    with (copied / "cluster.py").open("a") as f:
+    with (copied / "kubernetes" / "cluster.py").open("a") as f:
         f.write("\n\ndef peek(core):\n    core.read_namespaced_secret('x', 'ns')\n")
     monkeypatch.setattr(f"{__name__}.GATEWAY_CODE", copied)
     with pytest.raises(pytest.fail.Exception, match="delete_collection_namespaced_secret"):
@@ -637,12 +637,15 @@ def test_the_scan_catches_an_ungranted_call(
     shutil.copy(ROOT / "gateway" / "workspace_gateway" / "keys.py", copied / "keys.py")
     assert ("", "secrets", "get") in gateway_needs()
     assert gateway_needs() - granted().keys() == {("", "secrets", "get")}  # only list is granted
-    shutil.copy(ROOT / "gateway" / "workspace_gateway" / "cluster.py", copied / "cluster.py")
-    with (copied / "cluster.py").open("a") as f:
+    shutil.copy(
+        ROOT / "gateway" / "workspace_gateway" / "kubernetes" / "cluster.py",
+        copied / "kubernetes" / "cluster.py",
+    )
+    with (copied / "kubernetes" / "cluster.py").open("a") as f:
         f.write("\n\ndef tamper(core):\n    core.replace_namespaced_lease('x', 'ns', {})\n")
     # update is granted only by name: the scan itself sees the grant, and the name test the name.
     assert ("coordination.k8s.io", "leases", "update") in gateway_needs()
-    with (copied / "cluster.py").open("a") as f:
+    with (copied / "kubernetes" / "cluster.py").open("a") as f:
         f.write("\n\ndef grab(core):\n    core.patch_namespaced_lease('x', 'ns', {})\n")
     assert gateway_needs() - granted().keys() == {("coordination.k8s.io", "leases", "patch")}
 

@@ -31,8 +31,9 @@ from kubernetes import client, config
 from workspace_gateway import proxy
 from workspace_gateway.app import build_app
 from workspace_gateway.keys import StaticKeys, new_key
-from workspace_gateway.kubernetes_backend import PLURAL, KubernetesBackend, Settings
-from workspace_gateway.templates import Template
+from workspace_gateway.kubernetes.backend import KubernetesBackend
+from workspace_gateway.kubernetes.objects import PLURAL, Settings
+from workspace_gateway.kubernetes.templates import Template
 
 from tests.gateway import kube_fake
 from tests.ports import free_port

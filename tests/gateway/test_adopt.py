@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from workspace_gateway.kubernetes_backend import ID_LABEL, MARK, PLURAL, mark, ours
+from workspace_gateway.kubernetes.objects import ID_LABEL, MARK, PLURAL, mark, ours
 
 from tests.gateway import kube_fake
 

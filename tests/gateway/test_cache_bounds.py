@@ -20,19 +20,22 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from workspace_gateway.backend import NewSandbox
 from workspace_gateway.errors import GatewayError
-from workspace_gateway.kubernetes_backend import (
+from workspace_gateway.kubernetes.backend import KubernetesBackend
+from workspace_gateway.kubernetes.cache import LIST_PAGE, Cache, Watcher
+from workspace_gateway.kubernetes.calls import CALL_PAGE
+from workspace_gateway.kubernetes.objects import (
     CACHED_LABELS,
-    CALL_PAGE,
     ENV_VARS,
     GROUP,
     ID_LABEL,
     MARK,
     PLURAL,
+    POOL_TEMPLATE_LABEL,
     PREFIX,
     VERSION,
-    KubernetesBackend,
     Settings,
     agent_url,
+    is_ready,
     manifest,
     mark,
     member_manifest,
@@ -40,9 +43,8 @@ from workspace_gateway.kubernetes_backend import (
     refusal_of,
     sandbox_of,
 )
-from workspace_gateway.kubernetes_pools import POOL_TEMPLATE_LABEL, is_ready, made_at, stale
-from workspace_gateway.sandbox_cache import LIST_PAGE, Cache, Watcher
-from workspace_gateway.sandbox_view import MAX_CALLER_NOTES_BYTES, MAX_VIEW_BYTES, Projection
+from workspace_gateway.kubernetes.pools import made_at, stale
+from workspace_gateway.kubernetes.view import MAX_CALLER_NOTES_BYTES, MAX_VIEW_BYTES, Projection
 
 from tests.gateway import kube_fake
 from tests.gateway.stand_in import BASE, SEED, eventually

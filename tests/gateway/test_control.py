@@ -15,18 +15,12 @@ import pytest
 from workspace_gateway import not_offered
 from workspace_gateway.app import build_app
 from workspace_gateway.backend import NewSandbox, State, choose
-from workspace_gateway.control import (
-    MAX_TIMEOUT,
-    Control,
-    metadata_filter,
-    metric_json,
-    new_sandbox,
-    page,
-    page_token,
-    token_key,
-)
+from workspace_gateway.control import Control
 from workspace_gateway.errors import GatewayError
 from workspace_gateway.keys import StaticKeys
+from workspace_gateway.listing import metadata_filter, page, page_token, token_key
+from workspace_gateway.request_bodies import MAX_TIMEOUT, new_sandbox
+from workspace_gateway.sandbox_json import metric_json
 
 from tests.gateway.fakes import KEY, ONE, OTHER_KEY, T0, TOKEN, Sandboxes, sandbox
 

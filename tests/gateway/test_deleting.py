@@ -8,7 +8,8 @@ while; the real API server's answers are in `tests/control_plane/test_gateway.py
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from workspace_gateway.kubernetes_backend import MERGE_PATCH, PLURAL
+from workspace_gateway.kubernetes.calls import MERGE_PATCH
+from workspace_gateway.kubernetes.objects import PLURAL
 
 from tests.gateway import kube_fake, stand_in
 from tests.gateway.stand_in import KEY_A, World, eventually

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from e2b import ALL_TRAFFIC, Sandbox
 from e2b.exceptions import SandboxException
-from workspace_gateway.control import egress_of, new_sandbox
 from workspace_gateway.errors import GatewayError
-from workspace_gateway.kubernetes_backend import PLURAL, refusal_of
-from workspace_gateway.templates import Template
+from workspace_gateway.kubernetes.objects import PLURAL, refusal_of
+from workspace_gateway.kubernetes.templates import Template
+from workspace_gateway.request_bodies import egress_of, new_sandbox
 
 from function.errors import FieldError
 from function.model import parse

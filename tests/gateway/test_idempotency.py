@@ -18,7 +18,7 @@ from e2b import Sandbox
 from workspace_gateway.backend import NewSandbox
 from workspace_gateway.errors import GatewayError
 from workspace_gateway.idempotency import Keyed, Locks, fingerprint, key_of, label_of, replayed
-from workspace_gateway.kubernetes_backend import KEY_LABEL, PLURAL
+from workspace_gateway.kubernetes.objects import KEY_LABEL, PLURAL
 
 from tests.gateway import kube_fake
 from tests.gateway.sdk.gateways import (  # `gateway`: the fixture

@@ -16,12 +16,12 @@ from workspace_gateway.keys import (
     KEY,
     KeyRecord,
     Principal,
-    SecretKeys,
     StaticKeys,
     digest,
     match,
     new_key,
 )
+from workspace_gateway.kubernetes.secret_keys import SecretKeys
 
 from tests.gateway import kube_fake
 from tests.gateway.fakes import Sandboxes

@@ -12,13 +12,13 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from workspace_gateway.kubernetes_backend import (
+from workspace_gateway.kubernetes.objects import (
     ID_LABEL,
     PLURAL,
     access_token,
     preview_ports,
 )
-from workspace_gateway.templates import Template, TemplateError, parse, quantity
+from workspace_gateway.kubernetes.templates import Template, TemplateError, parse, quantity
 
 from tests.gateway import kube_fake, stand_in
 from tests.gateway.stand_in import KEY_A, KEY_B, SEED, World

@@ -21,30 +21,30 @@ import httpx
 import pytest
 from kubernetes import client, config
 from prometheus_client import generate_latest
-from workspace_gateway import sealed
 from workspace_gateway.app import build_app
 from workspace_gateway.backend import NewSandbox
 from workspace_gateway.keys import StaticKeys
-from workspace_gateway.kubernetes_backend import (
+from workspace_gateway.kubernetes import sealed
+from workspace_gateway.kubernetes.backend import KubernetesBackend
+from workspace_gateway.kubernetes.objects import (
     ENV_VARS,
-    PLURAL,
-    KubernetesBackend,
-    Settings,
-    access_token,
-)
-from workspace_gateway.kubernetes_pools import (
-    LIMITS_CONFIGMAP,
     MADE_NOTE,
+    PLURAL,
     POOL_LABEL,
     POOL_TEMPLATE_LABEL,
     READY_NOTE,
+    Settings,
+    access_token,
+)
+from workspace_gateway.kubernetes.pools import (
+    LIMITS_CONFIGMAP,
     plan,
     pooled_namespaces,
     size_of,
     tenant_sizes,
 )
+from workspace_gateway.kubernetes.templates import Pool, Template, TemplateError, parse
 from workspace_gateway.metrics import Metrics
-from workspace_gateway.templates import Pool, Template, TemplateError, parse
 
 from tests.gateway import kube_fake
 from tests.gateway.stand_in import BASE, KEY_A, KEY_B, SEED, Platform, xrd

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from e2b import Sandbox
-from workspace_gateway.kubernetes_backend import PLURAL
+from workspace_gateway.kubernetes.objects import PLURAL
 
 from tests.gateway import kube_fake
 from tests.gateway.stand_in import KEY_B, serving

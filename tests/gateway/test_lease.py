@@ -25,9 +25,11 @@ import httpx
 import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-from workspace_gateway import lease
 from workspace_gateway.backend import reap_forever
-from workspace_gateway.kubernetes_backend import (
+from workspace_gateway.kubernetes import lease
+from workspace_gateway.kubernetes.backend import KubernetesBackend
+from workspace_gateway.kubernetes.lease import Elector
+from workspace_gateway.kubernetes.objects import (
     AUTO_PAUSE,
     END,
     ID_LABEL,
@@ -35,11 +37,9 @@ from workspace_gateway.kubernetes_backend import (
     PLURAL,
     STARTED,
     TEMPLATE,
-    KubernetesBackend,
     Settings,
     mark,
 )
-from workspace_gateway.lease import Elector
 
 from tests.gateway import kube_fake
 from tests.gateway.stand_in import SEED, eventually

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from workspace_gateway.keys import SecretKeys
-from workspace_gateway.kubernetes_main import open_cluster
+from workspace_gateway.kubernetes.main import open_cluster
+from workspace_gateway.kubernetes.secret_keys import SecretKeys
+from workspace_gateway.kubernetes.tokens import TokenReviews
 from workspace_gateway.main import parser
-from workspace_gateway.tokens import TokenReviews
 
 from tests.gateway import kube_fake
 from tests.ports import free_port

@@ -5,7 +5,7 @@ quota, an admission webhook or RBAC would.
 """
 
 import pytest
-from workspace_gateway.kubernetes_backend import PLURAL
+from workspace_gateway.kubernetes.objects import PLURAL
 
 from tests.gateway import kube_fake, stand_in
 from tests.gateway.stand_in import KEY_A, World

@@ -4,7 +4,7 @@ import base64
 
 import pytest
 from workspace_gateway.errors import GatewayError
-from workspace_gateway.sealed import seal, unseal
+from workspace_gateway.kubernetes.sealed import seal, unseal
 
 SEED = b"s" * 32
 VALUES = {"OPENAI_API_KEY": "sk-very-secret", "EMPTY": "", "UNICODE": "grüße"}

@@ -24,8 +24,9 @@ from workspace_gateway import not_offered
 from workspace_gateway.app import build_app
 from workspace_gateway.control import Control
 from workspace_gateway.errors import GatewayError
-from workspace_gateway.kubernetes_backend import PLURAL, KubernetesBackend, Settings
-from workspace_gateway.tokens import (
+from workspace_gateway.kubernetes.backend import KubernetesBackend
+from workspace_gateway.kubernetes.objects import PLURAL, Settings
+from workspace_gateway.kubernetes.tokens import (
     MAX_STRANGERS_IN_FLIGHT,
     VERBS,
     Cache,

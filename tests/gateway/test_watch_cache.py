@@ -16,21 +16,20 @@ from typing import Any
 import httpx
 import pytest
 from kubernetes import client, config
-from workspace_gateway.kubernetes_backend import (
+from workspace_gateway.kubernetes.backend import KubernetesBackend
+from workspace_gateway.kubernetes.cache import Allowance
+from workspace_gateway.kubernetes.calls import FALLBACK_BURST, FALLBACK_PER_SECOND
+from workspace_gateway.kubernetes.objects import (
     END,
-    FALLBACK_BURST,
-    FALLBACK_PER_SECOND,
     GROUP,
     ID_LABEL,
     MARK,
     PLURAL,
     VERSION,
-    KubernetesBackend,
     Settings,
     access_token,
     mark,
 )
-from workspace_gateway.sandbox_cache import Allowance
 
 from tests.gateway import kube_fake
 from tests.gateway.stand_in import BASE, SEED, eventually

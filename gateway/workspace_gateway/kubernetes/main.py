@@ -7,12 +7,14 @@ import httpx
 from kubernetes import client
 from kubernetes.config.config_exception import ConfigException
 
-from workspace_gateway import cluster, templates
-from workspace_gateway.keys import Keys, SecretKeys
-from workspace_gateway.kubernetes_backend import KubernetesBackend, Settings
-from workspace_gateway.lease import Elector
+from workspace_gateway.keys import Keys
+from workspace_gateway.kubernetes import cluster, templates
+from workspace_gateway.kubernetes.backend import KubernetesBackend
+from workspace_gateway.kubernetes.lease import Elector
+from workspace_gateway.kubernetes.objects import Settings
+from workspace_gateway.kubernetes.secret_keys import SecretKeys
+from workspace_gateway.kubernetes.tokens import TokenReviews
 from workspace_gateway.metrics import Metrics
-from workspace_gateway.tokens import TokenReviews
 
 
 def open_cluster(

@@ -1,7 +1,7 @@
 """`workspace-sandbox-gateway adopt`: mark the sandboxes a gateway made before marks existed.
 
 The gateway shows, reaps and routes to only the WorkspaceSandboxes that carry its mark (see
-`kubernetes_backend.mark`), so that a tenant's look-alike is never taken for another's sandbox.
+`objects.mark`), so that a tenant's look-alike is never taken for another's sandbox.
 Those made by an earlier release carry none, and after the upgrade they are neither shown nor
 reaped, their disks kept. This lists them and, with `--yes`, marks them: run it once, right
 after upgrading and before tenants could have made look-alikes of a release that ignores them,
@@ -18,18 +18,18 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from workspace_gateway.cluster import api_client, seed
-from workspace_gateway.kubernetes_backend import (
+from workspace_gateway.kubernetes.calls import MERGE_PATCH
+from workspace_gateway.kubernetes.cluster import api_client, seed
+from workspace_gateway.kubernetes.objects import (
     GROUP,
     ID_LABEL,
     MARK,
-    MERGE_PATCH,
     PLURAL,
     VERSION,
-    is_id,
     mark,
     ours,
 )
+from workspace_gateway.sandbox_ids import is_id
 
 PAGE = 500
 

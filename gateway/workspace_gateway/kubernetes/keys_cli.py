@@ -12,9 +12,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from workspace_gateway.cluster import DEFAULT_NAMESPACE, api_client, gateway_namespace
 from workspace_gateway.errors import GatewayError
-from workspace_gateway.keys import SecretKeys
+from workspace_gateway.kubernetes.cluster import DEFAULT_NAMESPACE, api_client, gateway_namespace
+from workspace_gateway.kubernetes.secret_keys import SecretKeys
 
 
 def parser() -> argparse.ArgumentParser:

@@ -26,11 +26,11 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from workspace_gateway.errors import GatewayError
-from workspace_gateway.keys import NAMESPACE, Principal
+from workspace_gateway.keys import NAMESPACE, NAMESPACE_HEADER, Principal
 
 GROUP = "sandbox.cozystack.io"
 RESOURCE = "workspacesandboxes"
-NAMESPACE_HEADER = "x-sandbox-namespace"
+
 SERVICE_ACCOUNT = re.compile(r"system:serviceaccount:(?P<ns>[^:]+):[^:]+")
 # JWTs, and most webhook tokens: printable, no spaces, not absurdly long.
 TOKEN = re.compile(r"[\x21-\x7e]{16,16384}")

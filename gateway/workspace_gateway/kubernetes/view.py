@@ -6,14 +6,14 @@ cache never keeps an object as listed: it keeps this view of it, and an object w
 still larger than MAX_VIEW_BYTES (its gateway annotations, in practice) is not kept at all.
 
 This is the one place that knows which fields the gateway reads from cached objects
-(`kubernetes_backend`: `ours`, `alive`, `sandbox_of`, `agent_url`, `is_paused`, `refusal_of`,
-`_init`, `reap`, `_stopping`, `handout_patch`; `kubernetes_pools`: `is_member`, `is_ready`,
-`made_at`, `stale`, `pooled_namespaces`). A new read of a cached field must be added here, or
-it reads nothing. Objects read straight from the API server are whole; only the cache's are
-views.
+(`objects`: `ours`, `alive`, `sandbox_of`, `agent_url`, `is_paused`, `refusal_of`,
+`handout_patch`, `is_member`, `is_ready`; `calls`: `_init`; `backend`: `reap`, `_stopping`;
+`pools`: `made_at`, `stale`, `pooled_namespaces`). A new read of a cached field must be added
+here, or it reads nothing. Objects read straight from the API server are whole; only the
+cache's are views.
 
 The gateway refuses a create whose own annotations would pass MAX_CALLER_NOTES_BYTES
-(`kubernetes_backend`), so every sandbox it made has a view well within the budget: only
+(`objects`), so every sandbox it made has a view well within the budget: only
 objects the gateway did not write (or that someone else inflated) are left out.
 """
 

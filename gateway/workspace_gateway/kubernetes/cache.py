@@ -9,7 +9,7 @@ there, so no lock guards it and a waiter can look, then wait, without missing a 
 
 Lists are paginated (LIST_PAGE objects a page, so a list's peak is a page's, not the
 cluster's), and a 410 on a page's continue token lists again from the start. The cache keeps
-each object's view (`sandbox_view`), computed on the watch thread as it reads, never the object:
+each object's view (`view`), computed on the watch thread as it reads, never the object:
 an object whose view is over budget is not cached, and is logged once.
 
 The cache is a hint, never the authority: the backend falls back to the API server on a miss
