@@ -50,10 +50,17 @@ STOP_SECONDS = 5.0
 log = logging.getLogger("workspace_gateway")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def hold_port() -> socket.socket:
+    """A loopback port held until its agent binds it: bound with `SO_REUSEADDR`, never listening.
+
+    The kernel then gives it to no other `bind(:0)` nor outgoing connection, and a
+    plain bind of it fails, while the agent (uvicorn sets `SO_REUSEADDR`) binds and listens on
+    it as if it were free: no one can take it between choosing and binding.
+    """
+    held = socket.socket()
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    held.bind(("127.0.0.1", 0))
+    return held
 
 
 def machine_figures() -> tuple[int, int, int]:
@@ -125,10 +132,10 @@ class LocalBackend:
         self.figures_of_machine = machine_figures()
         self.entries: dict[str, _Entry] = {}
         # Every agent process, and its ports (its own, its interpreter's), until it has been
-        # waited for, whatever cancelled its stop; and every port handed out until then, so
-        # none is handed out twice.
+        # waited for, whatever cancelled its stop; and every port handed out until then, held
+        # (`hold_port`), so none is handed out twice nor taken by anyone else.
         self.processes: dict[asyncio.subprocess.Process, tuple[int, ...]] = {}
-        self.ports: set[int] = set()
+        self.held: dict[int, socket.socket] = {}
         # The gateway's own ports on this host, which a preview must never reach (a request
         # there would come back to the gateway, or read its metrics): `main` sets them.
         self.reserved: set[int] = set()
@@ -476,17 +483,26 @@ class LocalBackend:
         if not self._live(entry):
             raise not_found(entry.sandbox.sandbox_id)
 
-    def _free_port(self) -> int:
-        """A port free now and not any running agent's.
+    @property
+    def ports(self) -> set[int]:
+        """The ports handed out to agents not yet waited for."""
+        return set(self.held)
 
-        The kernel's free port is free only until someone binds it, and an agent binds its own
-        a moment after starting: without this, two creates at once could be given one port,
-        and the second would initialise the first's agent (refused: it has a token by then).
+    def _free_port(self) -> int:
+        """A port held for an agent about to start, and not any running agent's.
+
+        Two creates at once must never be given one port, or the second would initialise the
+        first's agent (refused: it has a token by then).
         """
-        while (port := free_port()) in self.ports:
-            pass
-        self.ports.add(port)
-        return port
+        while (port := (held := hold_port()).getsockname()[1]) in self.held:
+            held.close()
+        self.held[port] = held
+        return int(port)
+
+    def _release(self, ports: tuple[int, ...]) -> None:
+        for port in ports:
+            if (held := self.held.pop(port, None)) is not None:
+                held.close()
 
     async def _start(self, entry: _Entry) -> None:
         await self._launch(entry)
@@ -513,7 +529,7 @@ class LocalBackend:
                 stdin=asyncio.subprocess.DEVNULL,
             )
         except BaseException:
-            self.ports.difference_update(ports)
+            self._release(ports)
             raise
         self.processes[entry.process] = ports
         entry.interpreter = interpreter
@@ -559,7 +575,7 @@ class LocalBackend:
             except TimeoutError:
                 process.kill()
                 await process.wait()
-        self.ports.difference_update(self.processes.pop(process, ()))
+        self._release(self.processes.pop(process, ()))
 
     async def _remove(self, entry: _Entry) -> None:
         self.entries.pop(entry.sandbox.sandbox_id, None)

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import pwd
+import socket
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -29,9 +30,13 @@ USER = "nobody" if os.geteuid() == 0 else getpass.getuser()
 
 async def test_two_creates_at_once_never_share_a_port(monkeypatch: pytest.MonkeyPatch) -> None:
     """The kernel may name one free port twice before either agent binds it."""
-    first, second = local_backend.free_port(), local_backend.free_port()
-    answers = iter([first, first, second])
-    monkeypatch.setattr(local_backend, "free_port", lambda: next(answers))
+    held, other = local_backend.hold_port(), local_backend.hold_port()
+    first, second = held.getsockname()[1], other.getsockname()[1]
+    again = socket.socket()  # the same port once more, as a kernel that named it twice would
+    again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    again.bind(("127.0.0.1", first))
+    answers = iter([held, again, other])
+    monkeypatch.setattr(local_backend, "hold_port", lambda: next(answers))
     agent = find_agent()
     assert agent is not None
     backend = LocalBackend(agent, USER)

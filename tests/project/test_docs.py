@@ -160,6 +160,15 @@ def test_a_folder_the_module_map_opens_is_listed_whole(folder: str) -> None:
     assert not unlisted, f"docs/development.md's module map misses, in {folder}: {unlisted}"
 
 
-@pytest.mark.parametrize("folder", ["function/", "function/compose/", "tests/"])
-def test_the_module_map_opens_the_function_and_the_tests(folder: str) -> None:
+@pytest.mark.parametrize(
+    "folder",
+    [
+        "function/",
+        "function/compose/",
+        "gateway/workspace_gateway/",
+        "gateway/workspace_gateway/kubernetes/",
+        "tests/",
+    ],
+)
+def test_the_module_map_opens_the_function_the_gateway_and_the_tests(folder: str) -> None:
     assert folder in listed_folders()
